@@ -1,0 +1,55 @@
+"""The `flashgen` command. Each layer registers its own commands; this module only assembles them
+and turns every error into one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from flashgen.errors import FlashgenError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Generate, check, verify and benchmark FlashAttention kernels.")
+err_console = Console(stderr=True)
+
+
+@app.callback()
+def _root() -> None:
+    """Generate, check, verify and benchmark FlashAttention kernels."""
+
+
+def _register_all() -> None:
+    # Each module exposes register(app); imported here so that `flashgen --help` lists everything.
+    import importlib
+
+    for module in ("flashgen.targets_cli", "flashgen.tl_spec.cli", "flashgen.harness.cli", "flashgen.agent.cli"):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name == module:  # that layer is not built yet
+                continue
+            raise
+        mod.register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    try:
+        app()  # standalone: typer prints its own usage errors and exits 2
+    except FlashgenError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+    except Exception as exc:  # anything unforeseen is still one line, never a traceback
+        err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}", highlight=False, soft_wrap=True)
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Errors a user can act on. The CLI prints them as one line and exits non-zero, never a traceback."""
+
+
+class FlashgenError(Exception):
+    """Base for every error flashgen reports to a user. `exit_code` is what the CLI returns."""
+
+    exit_code = 2
+
+
+class UsageError(FlashgenError):
+    """Bad arguments: an unknown GPU or dtype, a malformed shape, an unsupported combination."""
+
+
+class InputError(FlashgenError):
+    """An input file that cannot be read as what it should be (binary, empty, too large, truncated)."""
+
+
+MAX_INPUT_BYTES = 1 << 20
+
+
+def read_text_input(path: str) -> str:
+    """Read a user's text file with the checks every command needs; raises InputError with one line."""
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        if not p.exists():
+            raise InputError(f"{path}: no such file")
+        if p.is_dir():
+            raise InputError(f"{path}: is a directory, expected a file")
+        size = p.stat().st_size
+        if size > MAX_INPUT_BYTES:
+            raise InputError(f"{path}: {size} bytes is larger than the {MAX_INPUT_BYTES}-byte limit for an input file")
+        data = p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if b"\x00" in data:
+        raise InputError(f"{path}: binary file (contains NUL bytes), expected text")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    if not text.strip():
+        raise InputError(f"{path}: empty file")
+    return text

@@ -1,0 +1,21 @@
+// The contract between a generated kernel and the harness that runs it (docs/kernel-abi.md).
+// Every entry point is `extern "C" __global__ void NAME(const FlashgenAttnParams p)`.
+// Strides are in elements; the last (head-dim) axis of every tensor is contiguous.
+#pragma once
+
+struct FlashgenAttnParams {
+  const void* q;   // (B, H, N, D)   element type = the kernel's dtype
+  const void* k;   // (B, KVH, M, D)
+  const void* v;   // (B, KVH, M, D)
+  void* o;         // (B, H, N, D)
+  float* lse;      // (B, H, N) fp32, natural log; null when the variant has no LSE output
+  float* workspace;  // split-KV partials (manifest.workspace_floats); null otherwise
+  long long q_stride_b, q_stride_h, q_stride_n;
+  long long k_stride_b, k_stride_h, k_stride_m;
+  long long v_stride_b, v_stride_h, v_stride_m;
+  long long o_stride_b, o_stride_h, o_stride_n;
+  long long lse_stride_b, lse_stride_h;  // lse row stride is 1
+  int batch, heads, kv_heads, seqlen_q, seqlen_k;
+  int num_splits;  // split-KV decode: KV chunks per (b, h); 1 otherwise
+  float scale;     // multiplies q.k (1/sqrt(D) by default)
+};

@@ -1,0 +1,84 @@
+"""The fp64 reference every check compares against: the interpreter's, the harness's, the agent's.
+
+It implements the conventions in flashgen.variant literally, one dense (N, M) score matrix per head,
+so it is slow but obviously right. Split-KV decode computes the same function as the plain variant.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flashgen.variant import Norm, Variant, alibi_slope, default_scale
+
+
+def visible_mask(n: int, m: int, variant: Variant) -> np.ndarray:
+    """Boolean (N, M): which keys each query row may see."""
+    qpos = np.arange(n)[:, None] + (m - n)
+    kpos = np.arange(m)[None, :]
+    visible = np.ones((n, m), dtype=bool)
+    if variant.causal:
+        visible &= kpos <= qpos
+    if variant.window is not None:
+        visible &= (qpos - kpos) < variant.window
+    return visible
+
+
+def scores(q: np.ndarray, k: np.ndarray, variant: Variant, head: int, heads: int, scale: float) -> np.ndarray:
+    """Scores of one head before masking: q (N, D), k (M, D) -> (N, M) float64."""
+    s = scale * (q.astype(np.float64) @ k.astype(np.float64).T)
+    if variant.softcap is not None:
+        s = variant.softcap * np.tanh(s / variant.softcap)
+    if variant.alibi:
+        n, m = s.shape
+        dist = np.abs(np.arange(n)[:, None] + (m - n) - np.arange(m)[None, :])
+        s = s - alibi_slope(head, heads) * dist
+    return s
+
+
+def attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, variant: Variant, scale: float | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """q (B, H, N, D), k and v (B, KVH, M, D) -> (O (B, H, N, D) float64, LSE (B, H, N) or None).
+
+    LSE is returned for softmax (natural log, -inf for rows that see no key), None otherwise.
+    """
+    b, h, n, d = q.shape
+    kvh, m = k.shape[1], k.shape[2]
+    if h % kvh:
+        raise ValueError(f"H={h} is not a multiple of KVH={kvh}")
+    group = h // kvh
+    scale = default_scale(d) if scale is None else scale
+    visible = visible_mask(n, m, variant)
+    out = np.zeros((b, h, n, v.shape[-1]), dtype=np.float64)
+    lse = np.full((b, h, n), -np.inf) if variant.norm is Norm.softmax else None
+    for bi in range(b):
+        for hi in range(h):
+            s = scores(q[bi, hi], k[bi, hi // group], variant, hi, h, scale)
+            vv = v[bi, hi // group].astype(np.float64)
+            if variant.norm is Norm.softmax:
+                s = np.where(visible, s, -np.inf)
+                row_max = s.max(axis=1, keepdims=True)
+                safe_max = np.where(np.isfinite(row_max), row_max, 0.0)
+                p = np.exp(s - safe_max)
+                row_sum = p.sum(axis=1, keepdims=True)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    out[bi, hi] = np.where(row_sum > 0, (p @ vv) / np.where(row_sum > 0, row_sum, 1.0), 0.0)
+                    lse[bi, hi] = np.where(row_sum[:, 0] > 0, np.log(row_sum[:, 0]) + safe_max[:, 0], -np.inf)
+            elif variant.norm is Norm.relu:
+                p = np.where(visible, np.maximum(s, 0.0), 0.0) / m
+                out[bi, hi] = p @ vv
+            else:
+                p = np.where(visible, 1.0 / (1.0 + np.exp(-(s - np.log(m)))), 0.0)
+                out[bi, hi] = p @ vv
+    return out, lse
+
+
+def random_inputs(
+    shape, seed: int, scale_mag: float = 1.0, dtype=np.float64
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fresh normal inputs (never zeros). scale_mag > 1 makes large-magnitude scores."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((shape.B, shape.H, shape.N, shape.D)) * scale_mag
+    k = rng.standard_normal((shape.B, shape.kv_heads, shape.M, shape.D)) * scale_mag
+    v = rng.standard_normal((shape.B, shape.kv_heads, shape.M, shape.D))
+    return q.astype(dtype), k.astype(dtype), v.astype(dtype)
