@@ -18,7 +18,12 @@ from flashgen.variant import DType, Variant
 
 ABI_HEADER = Path(__file__).parent / "include" / "flashgen_abi.cuh"
 ABI_INCLUDE = "flashgen_abi.cuh"
-ENTRY_SIGNATURE = re.compile(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)\s*\(\s*const\s+FlashgenAttnParams\s+\w+\s*\)')
+_LAUNCH_BOUNDS = r"(?:__launch_bounds__\([^)]*\)\s+)?"
+# CUDA accepts __launch_bounds__ either before or after the return type.
+ENTRY_SIGNATURE = re.compile(
+    r'extern\s+"C"\s+__global__\s+' + _LAUNCH_BOUNDS + r"void\s+" + _LAUNCH_BOUNDS
+    + r"(\w+)\s*\(\s*const\s+FlashgenAttnParams\s+\w+\s*\)"
+)
 
 SIZE_NAMES = ("B", "H", "KVH", "N", "M", "D", "SPLITS")
 
