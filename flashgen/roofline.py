@@ -6,7 +6,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Literal
+
 from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    from flashgen.targets import Target
+    from flashgen.variant import DType, Shape
 
 
 class OpCounts(BaseModel):
@@ -27,3 +33,110 @@ class OpCounts(BaseModel):
             merged[key] = merged.get(key, 0.0) + value
         return OpCounts(mma_flops=self.mma_flops + other.mma_flops, vector_flops=self.vector_flops + other.vector_flops,
                         sfu_ops=self.sfu_ops + other.sfu_ops, bytes=merged)
+
+
+# ---------------------------------------------------------------------------------------------
+# Estimates. Assumptions (each a lower bound on time, so a kernel can only be slower):
+# - tensor:  mma_flops / the target's dense tensor peak for the input dtype the mma takes. A dtype
+#            the target's tensor cores do not take runs on the primitive a translator would use:
+#            bf16 on sm_75 -> converted to fp16 (fp16 rate); fp32 -> tf32 mma where the target has
+#            it, else plain FP32 FMA. `tensor_dtype` and `tensor_note` say which rate was used.
+# - vector:  every counted vector flop is one FP32 instruction per lane (max, add, scale, compare
+#            are not fused), so the rate is the FP32 FMA peak / 2 (the peak counts an FMA as 2).
+# - sfu:     exp/exp2/tanh/log/sigmoid each take one special-function-unit result; the SFU gives
+#            16 results/clock/SM on 7.5..9.0 (programming guide throughput table) at the boost clock.
+# - memory:  bytes whose key starts with "global" over the datasheet DRAM bandwidth.
+# - shared:  bytes whose key starts with "shared" over 128 B/clock/SM (32 banks x 4 B) at boost clock.
+# The units run concurrently, so the bound is the largest term (`time_s`); `serial_time_s` is
+# their sum, what a kernel that overlaps nothing would approach.
+# ---------------------------------------------------------------------------------------------
+
+Term = Literal["tensor", "vector", "sfu", "memory", "shared"]
+
+
+class RooflineEstimate(BaseModel):
+    """A lower bound on the time of one run of a program on a target, term by term."""
+
+    target: str
+    dtype: str = Field(description="the kernel's element type")
+    ceiling: Literal["datasheet", "measured"] = "datasheet"
+    tensor_dtype: str = Field(description="the input type whose tensor (or FMA) rate was used for mma_flops")
+    tensor_note: str | None = Field(default=None, description="why tensor_dtype differs from dtype, if it does")
+    tensor_tflops: float = Field(description="rate used for the tensor term")
+    tensor_s: float
+    vector_s: float
+    sfu_s: float
+    memory_s: float
+    shared_s: float
+    time_s: float = Field(description="lower bound: the largest term (units overlap perfectly)")
+    serial_time_s: float = Field(description="sum of the terms (no overlap)")
+    bound: Term = Field(description="the term that sets time_s")
+
+    def terms(self) -> dict[str, float]:
+        return {"tensor": self.tensor_s, "vector": self.vector_s, "sfu": self.sfu_s, "memory": self.memory_s,
+                "shared": self.shared_s}
+
+    def tflops_at_bound(self, flops: float) -> float:
+        """TFLOP/s a kernel doing `flops` (e.g. attention_flops) would show if it ran at the bound."""
+        return flops / self.time_s / 1e12 if self.time_s > 0 else float("inf")
+
+
+def _tensor_rate(target: Target, dtype: str, ceiling: str) -> tuple[str, float, str | None]:
+    taken = set(target.tensor_dtypes)
+    if dtype in taken:
+        used, note = dtype, None
+    elif dtype == "bf16":
+        used, note = "fp16", f"{target.arch} has no bf16 mma: bf16 is converted to fp16, fp16 tensor rate"
+    elif dtype == "fp32" and "tf32" in taken:
+        used, note = "tf32", "fp32 inputs go through tf32 mma"
+    elif dtype == "fp32":
+        used, note = "fp32", f"{target.arch} has no tf32 mma: fp32 GEMMs on FP32 FMA"
+    else:
+        raise ValueError(f"no tensor rate for dtype {dtype!r} on {target.name}")
+    rate = target.peak_tflops[used]
+    if ceiling == "measured":
+        rate = target.measured.get(f"{used}_gemm_tflops", rate)
+    return used, rate, note
+
+
+def estimate(counts: OpCounts, target: Target, dtype: DType | str,
+             ceiling: Literal["datasheet", "measured"] = "datasheet") -> RooflineEstimate:
+    """Lower bound on the run time of `counts` on `target` for element type `dtype` (fp16/bf16/fp32).
+    ceiling="measured" uses the target's measured GEMM/copy ceilings where it has them."""
+    dtype_name = getattr(dtype, "value", dtype)
+    if dtype_name not in ("fp16", "bf16", "fp32"):
+        raise ValueError(f"unknown dtype {dtype_name!r}; expected fp16, bf16 or fp32")
+    used, tensor_tflops, note = _tensor_rate(target, dtype_name, ceiling)
+    clock_hz = target.boost_clock_mhz * 1e6
+    vector_ops_per_s = target.peak_tflops["fp32"] * 1e12 / 2
+    sfu_ops_per_s = target.sfu_ops_per_clk_per_sm * target.sm_count * clock_hz
+    bandwidth_gbs = target.mem_bandwidth_gbs
+    if ceiling == "measured":
+        bandwidth_gbs = target.measured.get("copy_gbs", bandwidth_gbs)
+    shared_bytes_per_s = target.shared_bytes_per_clk_per_sm * target.sm_count * clock_hz
+    global_bytes = sum(v for k, v in counts.bytes.items() if k.startswith("global"))
+    shared_bytes = sum(v for k, v in counts.bytes.items() if k.startswith("shared"))
+    terms: dict[str, float] = {
+        "tensor": counts.mma_flops / (tensor_tflops * 1e12),
+        "vector": counts.vector_flops / vector_ops_per_s,
+        "sfu": counts.sfu_ops / sfu_ops_per_s,
+        "memory": global_bytes / (bandwidth_gbs * 1e9),
+        "shared": shared_bytes / shared_bytes_per_s,
+    }
+    bound = max(terms, key=terms.__getitem__)
+    return RooflineEstimate(target=target.name, dtype=dtype_name, ceiling=ceiling, tensor_dtype=used, tensor_note=note,
+                            tensor_tflops=tensor_tflops, tensor_s=terms["tensor"], vector_s=terms["vector"],
+                            sfu_s=terms["sfu"], memory_s=terms["memory"], shared_s=terms["shared"],
+                            time_s=terms[bound], serial_time_s=sum(terms.values()), bound=bound)
+
+
+def attention_flops(shape: Shape, causal: bool = False) -> float:
+    """The FlashAttention convention for reported TFLOP/s (Shape.flops)."""
+    return shape.flops(causal)
+
+
+def percent_of_roofline(measured_time_s: float, est: RooflineEstimate) -> float:
+    """How close a measured time is to the bound, in percent (100 = at the roofline)."""
+    if not measured_time_s > 0:
+        raise ValueError(f"measured time must be positive, got {measured_time_s!r}")
+    return 100.0 * est.time_s / measured_time_s

@@ -1,0 +1,336 @@
+"""nvcc → cubin, with a content-addressed cache and structured errors.
+
+`compile_cuda(source, arch)` compiles one translation unit for one architecture with
+`-cubin -O3 -std=c++17 -lineinfo -Xptxas -v`, the ABI header's folder and (when it exists) the
+translators' include folder on the include path. Fast math is OFF by default: `--use_fast_math`
+turns expf/tanhf/divisions into approximate forms (ex2.approx, rcp.approx, flush-to-zero) that move
+results by a few ulp and change how denormals and huge softcap arguments behave; correctness comes
+first, so a translator that wants it passes `options=["--use_fast_math"]` (it is then part of the
+cache key, and verification judges the result).
+
+The nvcc used is $FLASHGEN_NVCC, else `nvcc` on PATH, else /usr/local/cuda/bin/nvcc.
+The cache lives in $FLASHGEN_CACHE_DIR, else ~/.cache/flashgen/cubin. Its key is a sha256 over
+everything that affects the binary: the source and its file name, arch, options, the fixed flags,
+the `nvcc --version` text and the contents of every file in the project include folders.
+Deterministic failures are cached too (a model that repeats itself gets the same errors at once);
+timeouts and crashed tools are not.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from flashgen.abi import ABI_HEADER
+from flashgen.errors import FlashgenError, UsageError
+from flashgen.harness.ptxas import (
+    CompileError,
+    ResourceUsage,
+    locate_ptx_errors,
+    parse_diagnostics,
+    parse_resource_report,
+)
+
+__all__ = ["ARCH_FLAGS", "CompileError", "CompileResult", "CompilerNotFound", "ResourceUsage", "compile_cuda",
+           "default_cache_dir", "include_dirs", "nvcc_version"]
+
+CACHE_FORMAT = 1
+LOG_LIMIT = 4096
+
+ARCH_FLAGS: dict[str, tuple[str, ...]] = {
+    "sm_75": ("-gencode=arch=compute_75,code=sm_75",),
+    "sm_80": ("-gencode=arch=compute_80,code=sm_80",),
+    "sm_86": ("-gencode=arch=compute_86,code=sm_86",),
+    "sm_89": ("-gencode=arch=compute_89,code=sm_89",),
+    "sm_90": ("-gencode=arch=compute_90,code=sm_90",),
+    # wgmma and setmaxnreg exist only in the arch-specific target
+    "sm_90a": ("-gencode=arch=compute_90a,code=sm_90a",),
+}
+# -keep leaves the PTX in the work folder, so ptxas errors can be traced to source lines.
+BASE_FLAGS: tuple[str, ...] = ("-cubin", "-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v", "-keep")
+
+# Options that would move the output, change the arch behind the cache key's back or stop
+# compilation early; the arch is `compile_cuda`'s own argument.
+_FORBIDDEN_OPTIONS = ("-o", "--output-file", "-odir", "--output-directory", "-arch", "--gpu-architecture", "-code",
+                      "--gpu-code", "-gencode", "--generate-code", "-ptx", "-fatbin", "-E", "-M", "-run", "-keep",
+                      "--keep", "-keep-dir", "--keep-dir", "-c", "--compile", "-lib", "-link", "-dryrun", "--dryrun")
+
+TRANSLATORS_INCLUDE = Path(__file__).resolve().parents[1] / "translators" / "include"
+
+
+class CompilerNotFound(FlashgenError):
+    """No nvcc to run: an environment problem, not a kernel's."""
+
+
+class CompileResult(BaseModel):
+    ok: bool
+    arch: str
+    cubin_path: str | None = None
+    cubin_sha256: str | None = None
+    kernels: dict[str, ResourceUsage] = Field(default_factory=dict, description="entry kernels by symbol")
+    device_functions: dict[str, ResourceUsage] = Field(default_factory=dict,
+                                                       description="non-inlined device functions ptxas reported")
+    errors: list[CompileError] = Field(default_factory=list)
+    warnings: list[CompileError] = Field(default_factory=list)
+    log: str = Field(default="", description=f"nvcc's output, cut to about {LOG_LIMIT} characters")
+    nvcc_version: str = ""
+    command: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
+    timed_out: bool = False
+    cache_key: str = ""
+    cache_hit: bool = False
+
+    def read_cubin(self) -> bytes:
+        if not self.cubin_path:
+            raise FlashgenError(f"compile for {self.arch} failed: no cubin")
+        return Path(self.cubin_path).read_bytes()
+
+    def feedback_text(self, max_chars: int = 2000) -> str:
+        """The errors (or, when it compiled, the resource summary) compactly, for a model to act on."""
+        if self.timed_out:
+            return self.errors[0].message if self.errors else "nvcc timed out"
+        parts: list[str] = []
+        if not self.ok:
+            for err in self.errors or [CompileError(tool="nvcc", message="nvcc failed without a diagnostic; log:\n"
+                                                    + self.log[-800:])]:
+                parts.append(str(err) + ("\n" + err.excerpt if err.excerpt else ""))
+        else:
+            for name, usage in self.kernels.items():
+                spill = (f", SPILLS {usage.spill_store_bytes} B stores / {usage.spill_load_bytes} B loads"
+                         if usage.spills else "")
+                parts.append(f"{name} ({self.arch}): {usage.registers} registers, {usage.shared_static_bytes} B static "
+                             f"smem, {usage.stack_frame_bytes} B stack{spill}")
+            parts += [str(w) for w in self.warnings if w.tool == "ptxas"]
+        kept: list[str] = []
+        used = 0
+        for n, part in enumerate(parts):
+            if kept and used + len(part) + 1 > max_chars - 30:
+                kept.append(f"... and {len(parts) - n} more")
+                break
+            kept.append(part)
+            used += len(part) + 1
+        return "\n".join(kept)[:max_chars]
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("FLASHGEN_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "flashgen" / "cubin"
+
+
+def include_dirs() -> list[Path]:
+    dirs = [ABI_HEADER.parent.resolve()]
+    if TRANSLATORS_INCLUDE.is_dir():
+        dirs.append(TRANSLATORS_INCLUDE)
+    return dirs
+
+
+FALLBACK_NVCC = "/usr/local/cuda/bin/nvcc"
+
+
+def find_nvcc() -> str:
+    chosen = os.environ.get("FLASHGEN_NVCC")
+    if chosen:
+        if not os.access(chosen, os.X_OK):
+            raise CompilerNotFound(f"FLASHGEN_NVCC={chosen} is not an executable file")
+        return chosen
+    for candidate in (shutil.which("nvcc"), FALLBACK_NVCC):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise CompilerNotFound("nvcc not found: install the CUDA toolkit, put nvcc on PATH or set FLASHGEN_NVCC")
+
+
+@functools.cache
+def _nvcc_version_of(nvcc: str, mtime_ns: int) -> str:
+    try:
+        done = subprocess.run([nvcc, "--version"], check=False, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CompilerNotFound(f"{nvcc} --version failed: {exc}") from None
+    if done.returncode != 0:
+        raise CompilerNotFound(f"{nvcc} --version exited {done.returncode}: {done.stderr.strip()[:200]}")
+    return done.stdout.strip()
+
+
+def nvcc_version(nvcc: str | None = None) -> str:
+    """`nvcc --version` text, run once per process per nvcc binary."""
+    path = nvcc or find_nvcc()
+    return _nvcc_version_of(path, os.stat(path).st_mtime_ns)
+
+
+def _headers_digest() -> dict[str, str]:
+    digest: dict[str, str] = {}
+    for root in include_dirs():
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            digest[f"{root.name}/{path.relative_to(root)}"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digest
+
+
+def _cache_key(source: str, filename: str, arch: str, options: Sequence[str], version: str) -> str:
+    material = {"format": CACHE_FORMAT, "source": source, "filename": filename, "arch": arch,
+                "arch_flags": ARCH_FLAGS[arch], "base_flags": BASE_FLAGS, "options": list(options), "nvcc": version,
+                "headers": _headers_digest()}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def _check_options(options: Sequence[str]) -> list[str]:
+    if isinstance(options, str):
+        raise UsageError("compile options must be a list of strings, not one string")
+    opts = [str(o) for o in options]
+    for opt in opts:
+        flag = opt.split("=", 1)[0]
+        if flag in _FORBIDDEN_OPTIONS:
+            raise UsageError(f"compile option {opt!r} is not allowed: the harness sets output, arch and mode itself")
+    return opts
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _load_cached(entry: Path, cubin: Path) -> CompileResult | None:
+    try:
+        result = CompileResult.model_validate_json(entry.read_text())
+    except (OSError, ValueError):
+        return None
+    if result.ok:
+        try:
+            data = cubin.read_bytes()
+        except OSError:
+            return None
+        if hashlib.sha256(data).hexdigest() != result.cubin_sha256:
+            return None
+        result.cubin_path = str(cubin)
+    result.cache_hit = True
+    return result
+
+
+def _truncate(log: str, limit: int = LOG_LIMIT) -> str:
+    if len(log) <= limit:
+        return log
+    head = limit * 3 // 4
+    return f"{log[:head]}\n... [{len(log) - limit} characters cut] ...\n{log[-(limit - head):]}"
+
+
+def _run(cmd: list[str], cwd: str, timeout_s: float) -> tuple[int | None, str]:
+    """Run nvcc in its own process group; on timeout kill the whole group (cicc, ptxas too).
+    Returns (returncode or None on timeout, combined output)."""
+    env = dict(os.environ, TMPDIR=cwd)  # nvcc's intermediates land in our folder and go with it
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out.decode("utf-8", "replace")
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            out = b""
+        return None, (out or b"").decode("utf-8", "replace")
+
+
+def compile_cuda(source: str, arch: str, *, options: Sequence[str] = (), timeout_s: float = 180,
+                 cache_dir: Path | None = None, filename: str = "kernel.cu") -> CompileResult:
+    """Compile `source` for `arch` (sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a) to a cubin.
+
+    Never raises for a bad kernel: errors, timeouts and ptxas failures come back in the result.
+    Raises UsageError for an unknown arch or a forbidden option, CompilerNotFound without nvcc."""
+    if arch not in ARCH_FLAGS:
+        raise UsageError(f"unknown arch {arch!r}; expected one of {', '.join(ARCH_FLAGS)}")
+    if not isinstance(source, str) or not source.strip():
+        raise UsageError("empty CUDA source")
+    if "/" in filename or not filename.endswith(".cu"):
+        raise UsageError(f"source file name {filename!r} must be a plain NAME.cu")
+    opts = _check_options(options)
+    nvcc = find_nvcc()
+    version = nvcc_version(nvcc)
+    key = _cache_key(source, filename, arch, opts, version)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    entry, cubin_cache = root / key[:2] / f"{key}.json", root / key[:2] / f"{key}.cubin"
+    if entry.exists() and (cached := _load_cached(entry, cubin_cache)) is not None:
+        return cached
+
+    includes = [arg for d in include_dirs() for arg in ("-I", str(d))]
+    output = Path(filename).with_suffix(".cubin").name
+    cmd = [nvcc, *ARCH_FLAGS[arch], *BASE_FLAGS, *includes, *opts, filename, "-o", output]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="flashgen-nvcc-") as work:
+        Path(work, filename).write_text(source, encoding="utf-8")
+        returncode, log = _run(cmd, work, timeout_s)
+        seconds = time.monotonic() - started
+        cubin_bytes = Path(work, output).read_bytes() if returncode == 0 and Path(work, output).exists() else None
+        ptx_path = Path(work, Path(filename).with_suffix(".ptx").name)
+        ptx = ptx_path.read_text(errors="replace") if ptx_path.exists() else ""
+
+    result = CompileResult(ok=False, arch=arch, nvcc_version=version, command=cmd, seconds=round(seconds, 3),
+                           cache_key=key, log=_truncate(log))
+    if returncode is None:
+        result.timed_out = True
+        result.errors = [CompileError(tool="harness", severity="timeout",
+                                      message=f"nvcc timed out after {timeout_s:g} s and was killed (a smaller "
+                                              "kernel, less unrolling or fewer template instances compile faster)")]
+        return result
+
+    sources = {filename: source, **{str(d / p.relative_to(d)): p.read_text(errors="replace")
+                                    for d in include_dirs() for p in d.rglob("*") if p.is_file()}}
+    diagnostics = parse_diagnostics(log, sources)
+    if ptx:
+        locate_ptx_errors(diagnostics, ptx, sources)
+    repo = ABI_HEADER.resolve().parents[2]
+    for diag in diagnostics:  # project headers by their repository path, not this machine's
+        if diag.file and diag.file.startswith(str(repo) + os.sep):
+            diag.file = diag.file[len(str(repo)) + 1:]
+    result.errors = [d for d in diagnostics if d.severity != "warning"]
+    result.warnings = [d for d in diagnostics if d.severity == "warning"]
+    usages = parse_resource_report(log)
+    result.kernels = {n: u for n, u in usages.items() if u.is_entry}
+    result.device_functions = {n: u for n, u in usages.items() if not u.is_entry}
+    if returncode == 0 and cubin_bytes is not None:
+        result.ok = True
+        result.errors = []
+        result.cubin_sha256 = hashlib.sha256(cubin_bytes).hexdigest()
+    elif not result.errors:
+        result.errors = [CompileError(tool="nvcc", message=f"nvcc exited {returncode} without a diagnostic")]
+
+    cacheable = result.ok or any(e.line is not None or e.tool == "ptxas" for e in result.errors)
+    if "died due to signal" in log or returncode < 0:
+        cacheable = False
+    if result.ok:
+        try:
+            _atomic_write(cubin_cache, cubin_bytes)
+            result.cubin_path = str(cubin_cache)
+        except OSError as exc:  # an unwritable cache still gives a usable cubin
+            fd, path = tempfile.mkstemp(prefix="flashgen-", suffix=".cubin")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(cubin_bytes)
+            result.cubin_path = path
+            result.log += f"\n[flashgen] cache not written ({exc.strerror or exc}); cubin kept at {path}"
+            cacheable = False
+    if cacheable:
+        try:
+            _atomic_write(entry, result.model_dump_json().encode())
+        except OSError:
+            pass
+    return result
+

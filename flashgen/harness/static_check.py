@@ -1,0 +1,322 @@
+"""Static checks on a kernel source, run before nvcc: is it a self-contained device-only kernel that
+keeps the ABI contract?
+
+Comments and string literals are blanked first (a comment that mentions cudaMalloc is fine);
+offsets and line numbers are kept. The rules (the `rule` of each StaticIssue):
+
+- include:        only these includes: the ABI header (flashgen_abi.cuh), the translators' own
+                  primitive headers ("flashgen/..."), and the whitelist ALLOWED_HEADERS / the
+                  libcu++ prefix "cuda/" (cuda/std/..., cuda/barrier, cuda/pipeline, cuda/ptx).
+                  Never an absolute path or a ".." component.
+- library:        no cuBLAS, cuDNN, CUTLASS/CuTe, torch/ATen/c10, thrust or CUB: the point is to write
+                  the computation, not call it.
+- host-api:       no CUDA runtime or driver API calls (cudaMalloc, cudaMemcpy, cudaDeviceSynchronize,
+                  cudaStream*, cudaLaunch*, cuLaunchKernel, ...): the harness owns memory and launches.
+- allocation:     no malloc/calloc/realloc/free/new/delete: buffers come in through the params.
+- io:             no printf and friends (device printf serialises the kernel and floods the log), no
+                  files, no system()/exit().
+- host-function:  every function is __device__ (or __host__ __device__) or an entry; no main().
+- launch:         no kernel launches (<<<...>>>) inside the source; the manifest lists the launches.
+- entry-signature: every __global__ function is `extern "C" __global__ void NAME(const FlashgenAttnParams p)`
+                  (flashgen.abi.ENTRY_SIGNATURE; __launch_bounds__ may come before or after `void`).
+- abi:            FlashgenAttnParams comes from flashgen_abi.cuh, not a local definition.
+- manifest:       every kernel the manifest launches is defined as an entry; a literal
+                  __launch_bounds__(N) is at least the manifest's threads for it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel
+
+from flashgen.abi import ABI_INCLUDE, ENTRY_SIGNATURE, KernelManifest
+
+ALLOWED_HEADERS = frozenset({
+    ABI_INCLUDE,
+    "cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h",  # element types and their intrinsics
+    "cuda_pipeline.h", "cuda_pipeline_primitives.h", "cuda_awbarrier.h", "cuda_awbarrier_primitives.h",  # cp.async
+    "mma.h",  # nvcuda::wmma: a tensor-core primitive, not a library
+    "cooperative_groups.h", "cooperative_groups/memcpy_async.h", "cooperative_groups/reduce.h",
+    "cuda_runtime.h", "device_launch_parameters.h",  # habitual and implied by nvcc; calls are checked separately
+    "math_constants.h", "stdint.h", "cstdint", "stddef.h", "cstddef", "float.h", "cfloat", "limits.h", "climits",
+    "math.h", "cmath", "type_traits",
+})
+ALLOWED_PREFIXES = ("flashgen/", "cuda/")
+
+_LIBRARY_INCLUDE = re.compile(r"^(?:(?:cublas|cudnn|cusparse|cufft|curand)\w*|(?:cutlass|cute|torch|ATen|c10|thrust|cub)"
+                              r"(?:/|\.h|\.cuh|\.hpp|$))", re.IGNORECASE)
+_LIBRARY_NAME = re.compile(r"\b(?:(cublas|cudnn|cutlass|cute|torch|at|c10|thrust|cub)\s*::|(cublas[A-Z]\w*|"
+                           r"cudnn[A-Z]\w*))")
+_HOST_API = re.compile(r"\b(cuda[A-Z]\w*|cu(?:Mem|Launch|Ctx|Module|Stream|Event|Init|Device|Graph|Func|Link|"
+                       r"Occupancy|Library|Kernel)\w*)\s*\(")
+_ALLOCATION = re.compile(r"\b(?:(malloc|calloc|realloc|free)\s*\(|(new|delete)\b)")
+_IO = re.compile(r"\b(printf|fprintf|sprintf|snprintf|vprintf|puts|fputs|putchar|fopen|fclose|fread|fwrite|fflush|"
+                 r"system|popen|fork|exit|_exit|getenv)\s*\(|\bstd\s*::\s*(cout|cerr|printf|ofstream|ifstream)\b")
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]*)[>"]', re.MULTILINE)
+_GLOBAL = re.compile(r"\b__global__\b")
+_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)")
+_NAME_BEFORE_PAREN = re.compile(r"(\w+)\s*\($")
+
+
+class StaticIssue(BaseModel):
+    line: int | None
+    message: str
+    rule: str
+
+    def __str__(self) -> str:
+        where = f"line {self.line}" if self.line is not None else "source"
+        return f"{where}: {self.message} [{self.rule}]"
+
+
+def format_issues(issues: list[StaticIssue], max_chars: int = 2000) -> str:
+    """The issues one per line, for a model; cut at max_chars with a count of what was left out."""
+    lines: list[str] = []
+    used = 0
+    for n, issue in enumerate(issues):
+        text = str(issue)
+        if lines and used + len(text) + 1 > max_chars - 30:
+            lines.append(f"... and {len(issues) - n} more")
+            break
+        lines.append(text)
+        used += len(text) + 1
+    return "\n".join(lines)[:max_chars]
+
+
+def blank_comments_and_strings(source: str) -> tuple[str, str]:
+    """(source without comments, source without comments or string/char contents). Blanked
+    characters become spaces and newlines stay, so offsets and line numbers are the source's.
+    The literal "C" (of extern "C") is kept."""
+    no_comments: list[str] = []
+    code: list[str] = []
+    i, n = 0, len(source)
+
+    def blank(text: str) -> str:
+        return "".join(ch if ch == "\n" else " " for ch in text)
+
+    while i < n:
+        ch = source[i]
+        two = source[i:i + 2]
+        if two == "//":
+            end = source.find("\n", i)
+            end = n if end < 0 else end
+            piece = blank(source[i:end])
+            no_comments.append(piece)
+            code.append(piece)
+            i = end
+        elif two == "/*":
+            end = source.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            piece = blank(source[i:end])
+            no_comments.append(piece)
+            code.append(piece)
+            i = end
+        elif ch == "R" and source[i + 1:i + 2] == '"' and (i == 0 or not (source[i - 1].isalnum() or source[i - 1] == "_")):
+            m = re.match(r'R"([^()\\\s]{0,16})\(', source[i:])
+            if m is None:
+                no_comments.append(ch)
+                code.append(ch)
+                i += 1
+                continue
+            close = source.find(")" + m.group(1) + '"', i + m.end())
+            end = n if close < 0 else close + len(m.group(1)) + 2
+            no_comments.append(source[i:end])
+            code.append('R"' + blank(source[i + 2:end - 1]) + '"')
+            i = end
+        elif ch == '"' or (ch == "'" and not (i > 0 and source[i - 1].isalnum())):  # 1'000 is a digit separator
+            j = i + 1
+            while j < n and source[j] != ch and source[j] != "\n":
+                j += 2 if source[j] == "\\" else 1
+            end = min(j + 1, n)
+            literal = source[i:end]
+            no_comments.append(literal)
+            code.append(literal if literal == '"C"' else ch + blank(literal[1:-1]) + literal[-1:] if len(literal) > 1
+                        else literal)
+            i = end
+        else:
+            no_comments.append(ch)
+            code.append(ch)
+            i += 1
+    return "".join(no_comments), "".join(code)
+
+
+def _line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def _blank_preprocessor(code: str) -> str:
+    rows = code.split("\n")
+    out: list[str] = []
+    continued = False
+    for row in rows:
+        if continued or row.lstrip().startswith("#"):
+            continued = row.rstrip().endswith("\\")
+            out.append(" " * len(row))
+        else:
+            out.append(row)
+    return "\n".join(out)
+
+
+def _check_includes(no_comments: str) -> list[StaticIssue]:
+    issues: list[StaticIssue] = []
+    for m in _INCLUDE.finditer(no_comments):
+        path = m.group(2).strip()
+        line = _line_of(no_comments, m.start())
+        parts = path.replace("\\", "/").split("/")
+        if path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", path) or ".." in parts:
+            issues.append(StaticIssue(line=line, rule="include",
+                                      message=f"#include {path!r}: no absolute paths or '..'; include by name"))
+        elif _LIBRARY_INCLUDE.match(path):
+            issues.append(StaticIssue(line=line, rule="library",
+                                      message=f"#include {path!r}: libraries (cuBLAS, cuDNN, CUTLASS, torch, thrust, "
+                                              "CUB) are not allowed; write the computation"))
+        elif path not in ALLOWED_HEADERS and not path.startswith(ALLOWED_PREFIXES):
+            issues.append(StaticIssue(line=line, rule="include",
+                                      message=f"#include {path!r} is not allowed; allowed: {ABI_INCLUDE}, flashgen/..., "
+                                              "cuda_fp16.h, cuda_bf16.h, cuda_pipeline.h, mma.h, cuda/..., stdint.h "
+                                              "and a few C headers"))
+    return issues
+
+
+def _scan_patterns(code: str) -> list[StaticIssue]:
+    issues: list[StaticIssue] = []
+    for m in _LIBRARY_NAME.finditer(code):
+        name = m.group(1) or m.group(2)
+        issues.append(StaticIssue(line=_line_of(code, m.start()), rule="library",
+                                  message=f"{name}: libraries are not allowed in a kernel; write the computation"))
+    for m in _HOST_API.finditer(code):
+        issues.append(StaticIssue(line=_line_of(code, m.start()), rule="host-api",
+                                  message=f"{m.group(1)}(): no CUDA runtime/driver API calls; the harness allocates, "
+                                          "copies and launches"))
+    for m in _ALLOCATION.finditer(code):
+        issues.append(StaticIssue(line=_line_of(code, m.start()), rule="allocation",
+                                  message=f"{m.group(1) or m.group(2)}: no dynamic allocation; buffers come in "
+                                          "through FlashgenAttnParams (and the manifest's workspace)"))
+    for m in _IO.finditer(code):
+        name = m.group(1) or f"std::{m.group(2)}"
+        issues.append(StaticIssue(line=_line_of(code, m.start()), rule="io",
+                                  message=f"{name}: no printing, files or process calls in a kernel"))
+    for m in re.finditer(r"<<<", code):
+        issues.append(StaticIssue(line=_line_of(code, m.start()), rule="launch",
+                                  message="<<<...>>>: kernels must not launch kernels; the manifest lists the launches"))
+    return issues
+
+
+def _check_functions(code: str) -> list[StaticIssue]:
+    """Namespace-scope function definitions without __device__/__global__, and __host__-only ones."""
+    issues: list[StaticIssue] = []
+    code = _blank_preprocessor(code)
+    stack: list[str] = []  # kinds of the open blocks: scope (namespace, extern "C"), function, type, other
+    head_start = 0
+    for i, ch in enumerate(code):
+        if ch == ";":
+            head_start = i + 1
+        elif ch == "}":
+            if stack:
+                stack.pop()
+            head_start = i + 1
+        elif ch == "{":
+            head = code[head_start:i]
+            flat = " ".join(head.split())
+            at_namespace_scope = all(kind == "scope" for kind in stack)
+            if re.search(r'\bnamespace\b|^extern\s+"C"$', flat):
+                kind = "scope"
+            elif re.search(r"\b(struct|class|union|enum)\b", flat) and "(" not in flat.split("{")[0].split(":")[0]:
+                kind = "type"
+            elif re.search(r"\)\s*(const|noexcept|override|final|mutable|\s)*(->\s*[\w:<>,\s*&]+)?$", flat) and \
+                    "=" not in flat.split("(")[0] and not re.match(r"^(if|for|while|switch|do|else)\b", flat):
+                kind = "function"
+                if at_namespace_scope:
+                    issues += _function_issue(flat, _line_of(code, head_start + len(head) - len(head.lstrip())))
+            else:
+                kind = "other"
+            stack.append(kind)
+            head_start = i + 1
+    return issues
+
+
+def _function_issue(head: str, line: int) -> list[StaticIssue]:
+    name_part = head.split("(")[0] + "("
+    m = _NAME_BEFORE_PAREN.search(name_part)
+    name = m.group(1) if m else "?"
+    if name == "main":
+        return [StaticIssue(line=line, rule="host-function", message="main(): a kernel source has no host program")]
+    words = set(re.findall(r"\w+", head.split("(")[0]))
+    if "__global__" in words or "__device__" in words:
+        return []
+    if "__host__" in words:
+        return [StaticIssue(line=line, rule="host-function",
+                            message=f"{name}: __host__-only function; helpers must be __device__ (or __host__ "
+                                    "__device__)")]
+    return [StaticIssue(line=line, rule="host-function",
+                        message=f"{name}: function without __device__ is host code; mark helpers __device__ "
+                                "(or __host__ __device__)")]
+
+
+def _global_functions(code: str) -> list[tuple[str, int]]:
+    """(name, line) of every __global__ function declared or defined."""
+    found: list[tuple[str, int]] = []
+    for m in _GLOBAL.finditer(code):
+        rest = _LAUNCH_BOUNDS.sub(lambda lb: " " * len(lb.group(0)), code[m.end():m.end() + 2000])
+        paren = rest.find("(")
+        if paren < 0:
+            continue
+        name = _NAME_BEFORE_PAREN.search(rest[:paren + 1])
+        if name:
+            found.append((name.group(1), _line_of(code, m.start())))
+    return found
+
+
+_BOUNDS_AFTER_VOID = re.compile(r"(\bvoid\s+)(__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)")
+
+
+def _check_entries(code: str, no_comments: str, manifest: KernelManifest | None) -> list[StaticIssue]:
+    issues: list[StaticIssue] = []
+    conforming: dict[str, str] = {}
+    # CUDA takes __launch_bounds__ before or after the return type; ENTRY_SIGNATURE spells only the
+    # first, so the second is swapped into it (same length: offsets stay).
+    swapped = _BOUNDS_AFTER_VOID.sub(lambda m: m.group(2) + m.group(1), code)
+    for m in ENTRY_SIGNATURE.finditer(swapped):
+        conforming.setdefault(m.group(1), m.group(0))
+    defined = _global_functions(code)
+    for name, line in defined:
+        if name not in conforming:
+            issues.append(StaticIssue(line=line, rule="entry-signature",
+                                      message=f'kernel {name}: entry points must be exactly extern "C" __global__ '
+                                              f"void {name}(const FlashgenAttnParams p) (__launch_bounds__(...) may "
+                                              "come before or after void)"))
+    if re.search(r"\bstruct\s+FlashgenAttnParams\s*\{", code):
+        m = re.search(r"\bstruct\s+FlashgenAttnParams\s*\{", code)
+        issues.append(StaticIssue(line=_line_of(code, m.start()), rule="abi",
+                                  message=f"FlashgenAttnParams is defined here; include {ABI_INCLUDE} instead"))
+    elif "FlashgenAttnParams" in code:
+        includes = [m.group(2).strip() for m in _INCLUDE.finditer(no_comments)]
+        if ABI_INCLUDE not in includes and not any(i.startswith("flashgen/") for i in includes):
+            issues.append(StaticIssue(line=None, rule="abi",
+                                      message=f'FlashgenAttnParams is used but "{ABI_INCLUDE}" is not included'))
+    if manifest is not None:
+        defined_names = {name for name, _ in defined}
+        for launch in manifest.launches:
+            if launch.kernel not in defined_names:
+                issues.append(StaticIssue(line=None, rule="manifest",
+                                          message=f"the manifest launches {launch.kernel!r} but the source defines no "
+                                                  f"__global__ {launch.kernel}"))
+                continue
+            signature = conforming.get(launch.kernel)
+            bounds = re.search(r"__launch_bounds__\(\s*(\d+)\s*[,)]", signature or "")
+            if bounds and int(bounds.group(1)) < launch.threads:
+                issues.append(StaticIssue(line=None, rule="manifest",
+                                          message=f"{launch.kernel}: __launch_bounds__({bounds.group(1)}) is below the "
+                                                  f"{launch.threads} threads the manifest launches it with"))
+    return issues
+
+
+def static_check(source: str, manifest: KernelManifest | None = None) -> list[StaticIssue]:
+    """Every rule broken by `source` (and its manifest, when given), ordered by line. [] means clean."""
+    no_comments, code = blank_comments_and_strings(source)
+    issues = _check_includes(no_comments)
+    issues += _scan_patterns(_blank_preprocessor(code))
+    issues += _check_functions(code)
+    issues += _check_entries(code, no_comments, manifest)
+    unique = {(i.line, i.rule, i.message): i for i in issues}
+    return sorted(unique.values(), key=lambda i: (i.line if i.line is not None else 0, i.rule))
