@@ -1,3 +1,8 @@
+import os
+
+# Small matmuls in the fp64 reference are ~100x slower with OpenBLAS threads fighting on 2 cores.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import shutil
 
 import pytest

@@ -1,0 +1,352 @@
+"""The LLM-TL abstract syntax tree: what the parser produces and the checker, interpreter, printer and
+translators read. docs/llm-tl.md is the language reference; this module is its typed mirror.
+
+A program is a list of lines. A *full* program starts with the three header lines
+(`Target`, `Variant`, `Params`), declares its global tensors with `Allocate ... in global`, then holds
+one or more `Kernel NAME ... end` blocks. A *sketch* has no header and may hold bare statements.
+
+Every node carries `loc` (line and column, 1-based) for diagnostics. `loc` is excluded from
+`model_dump()` and from `==`, so `parse(format_program(p)) == p` compares structure only.
+
+Shapes of the things a translator looks for (see `Program` helpers at the bottom):
+- GEMMs: `ComputeGemm` (C = A @ B, or A @ B^T when `b.transposed`); `accumulate` means C += ...
+- elementwise transforms on the scores, in order: the `ComputeAssign` statements between the GEMM
+  that produces S and the normalization (`ComputeOnlineSoftmax`, or explicit steps);
+- normalization: `ComputeOnlineSoftmax` (composite) or the explicit rowmax/exp2/rowsum steps;
+- epilogue: the `ComputeAssign`s after the key loop (O / l, LSE) and the `Copy ... to global`;
+- loop bounds: `ForLoop.start` / `ForLoop.stop` (half-open, exactly as written);
+- tile params: `Program.params`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from flashgen.variant import DType, Variant
+
+
+class Loc(BaseModel):
+    """A position in the source text: 1-based line and column."""
+
+    model_config = ConfigDict(frozen=True)
+    line: int = 1
+    col: int = 1
+
+
+class Node(BaseModel):
+    """Base of every AST node. Equality ignores `loc` (structure only)."""
+
+    model_config = ConfigDict(extra="forbid")
+    loc: Loc | None = Field(default=None, exclude=True, repr=False)
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.model_dump() == other.model_dump()  # type: ignore[union-attr]
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+# --------------------------------------------------------------------------- expressions
+
+class Num(Node):
+    """A numeric literal. Integers stay `int` (index arithmetic), others are `float`."""
+
+    kind: Literal["num"] = "num"
+    value: int | float
+
+
+class Name(Node):
+    """A name: a loop variable, a `Let` scalar, a param, a size, a builtin or a tensor."""
+
+    kind: Literal["name"] = "name"
+    id: str
+
+
+class Unary(Node):
+    """`-x` or `not x`."""
+
+    kind: Literal["unary"] = "unary"
+    op: Literal["-", "not"]
+    operand: Expr
+
+
+class Binary(Node):
+    """Arithmetic (`+ - * / // %`), comparison (`< <= > >= == !=`) or logic (`and or`).
+    `/` is true division, `//` floor division (as Python), `%` floor modulo."""
+
+    kind: Literal["binary"] = "binary"
+    op: Literal["+", "-", "*", "/", "//", "%", "<", "<=", ">", ">=", "==", "!=", "and", "or"]
+    left: Expr
+    right: Expr
+
+
+class Call(Node):
+    """A builtin function call; `func` is one of `FUNCTIONS`."""
+
+    kind: Literal["call"] = "call"
+    func: str
+    args: list[Expr]
+
+
+Expr = Annotated[Num | Name | Unary | Binary | Call, Field(discriminator="kind")]
+
+#: builtin functions -> number of arguments. Elementwise unless noted.
+FUNCTIONS: dict[str, int] = {
+    "where": 3,  # where(cond, a, b)
+    "max": 2, "min": 2,
+    "exp": 1, "exp2": 1, "log": 1, "log2": 1, "tanh": 1, "abs": 1, "relu": 1, "sigmoid": 1, "sqrt": 1,
+    "rowmax": 1, "rowsum": 1,  # reduce a [rows, cols] tile over its columns -> [rows]
+    "cdiv": 2,  # ceil(a / b) on integers (index arithmetic)
+}
+#: functions that count as special-function-unit (transcendental) ops
+SFU_FUNCTIONS = frozenset({"exp", "exp2", "log", "log2", "tanh", "sigmoid", "sqrt"})
+REDUCTIONS = frozenset({"rowmax", "rowsum"})
+
+#: runtime sizes: batch, heads, kv heads, query length, key length, head dim, H // KVH
+SIZE_NAMES = ("B", "H", "KVH", "N", "M", "D", "KV_GROUP")
+#: numeric constants
+CONSTANTS = {"inf": float("inf"), "log2e": 1.4426950408889634, "ln2": 0.6931471805599453}
+#: the runtime softmax scale (1/sqrt(D) unless the caller gives one)
+RUNTIME_SCALARS = ("scale",)
+#: values taken from the `Variant` line (defined only when the variant has them)
+VARIANT_SCALARS = ("softcap", "window")
+#: inside an elementwise Compute: absolute query row / key position of each element of the destination
+INDEX_NAMES = ("q_idx", "k_idx")
+
+
+# --------------------------------------------------------------------------- references
+
+class Point(Node):
+    """One index (a scalar coordinate) in a global reference, e.g. `b` in `Q[b, h, ...]`."""
+
+    kind: Literal["point"] = "point"
+    index: Expr
+
+
+class Slice(Node):
+    """A half-open range `start : stop` in a global reference; its extent is a tile dimension."""
+
+    kind: Literal["slice"] = "slice"
+    start: Expr
+    stop: Expr
+
+
+IndexItem = Annotated[Point | Slice, Field(discriminator="kind")]
+
+
+class Ref(Node):
+    """A tensor reference: `K_s`, `K_s^T` (GEMM operand, transposed), or `Q[b, h, q0 : q0 + BLOCK_M, 0 : D]`
+    (global side of a Copy). `index is None` means the whole tensor."""
+
+    name: str
+    index: list[IndexItem] | None = None
+    transposed: bool = False
+
+
+# --------------------------------------------------------------------------- statements
+
+class Level(str, Enum):
+    """Memory level of a tensor."""
+
+    global_ = "global"
+    shared = "shared"
+    register = "register"
+
+
+class Comment(Node):
+    """A full-line `# ...` comment, kept so that `tl fmt --write` does not lose it."""
+
+    kind: Literal["comment"] = "comment"
+    text: str
+
+
+class Allocate(Node):
+    """`Allocate NAME in LEVEL shape [d0, d1, ...] dtype DT [offset BYTES]`.
+
+    Global allocations sit at program level; the names Q, K, V are inputs, O and LSE outputs, any
+    other global name is an fp32 workspace (split-KV partials). Shared and register allocations sit
+    inside a kernel; they start poisoned (NaN) until written. `offset` places a shared buffer at a
+    byte offset of the kernel's dynamic shared memory (buffers may alias). `shape`/`dtype` are None
+    only in sketches."""
+
+    kind: Literal["allocate"] = "allocate"
+    name: str
+    level: Level
+    shape: list[Expr] | None = None
+    dtype: DType | None = None
+    offset: Expr | None = None
+
+
+class Copy(Node):
+    """`Copy SRC from LEVEL to LEVEL [DST]`. Exactly one side of a full-TL copy is a global indexed
+    reference (load: global -> shared/register; store: register -> global) or both sides are local
+    (shared -> register, register -> shared). Loads zero-fill out-of-bounds rows; stores drop them.
+    Sketches write only `Copy K from global to shared` (dst is None)."""
+
+    kind: Literal["copy"] = "copy"
+    src: Ref
+    src_level: Level
+    dst_level: Level
+    dst: Ref | None = None
+
+
+class ComputeGemm(Node):
+    """`Compute GEMM A, B and get C` (C = A @ B) or `... and accumulate C` (C += A @ B).
+    `B^T` multiplies by B transposed. A is [m, k] (shared, or a register operand fragment), B is
+    [n, k] when transposed else [k, n] (shared or register), C is [m, n] fp32 register (accumulator)."""
+
+    kind: Literal["gemm"] = "gemm"
+    a: Ref
+    b: Ref
+    out: str
+    accumulate: bool = False
+
+
+class ComputeOnlineSoftmax(Node):
+    """`Compute OnlineSoftmax S with max m, sum l and rescale O` — the composite step of the online
+    softmax, with S in log2 units (scale * log2e already applied), m and l fp32 row vectors and O
+    the fp32 accumulator. Exactly (docs/llm-tl.md):
+        m_new = max(m, rowmax(S)); m_use = where(m_new == -inf, 0, m_new)
+        alpha = exp2(m - m_use); S = exp2(S - m_use); l = l * alpha + rowsum(S); O = O * alpha; m = m_new
+    `rescale` is None in a sketch that omits it."""
+
+    kind: Literal["online_softmax"] = "online_softmax"
+    scores: str
+    max: str
+    sum: str
+    rescale: str | None = None
+
+
+class ComputeAssign(Node):
+    """`Compute NAME = EXPR`: elementwise over the destination's shape (row vectors broadcast along
+    columns, scalars everywhere); `rowmax`/`rowsum` reduce a tile to a row vector."""
+
+    kind: Literal["assign"] = "assign"
+    target: str
+    expr: Expr
+
+
+class ComputeText(Node):
+    """A sketch-only free-form `Compute ...` line (anything after `Compute`), kept verbatim."""
+
+    kind: Literal["compute_text"] = "compute_text"
+    text: str
+
+
+class Reshape(Node):
+    """`Reshape SRC into DST`: the fp32 accumulator (C-fragment) of one GEMM becomes an operand
+    (A-fragment, input dtype) of the next. Required between chained GEMMs."""
+
+    kind: Literal["reshape"] = "reshape"
+    src: str
+    dst: str
+
+
+class Let(Node):
+    """`Let NAME = EXPR`: an integer scalar (per grid point), e.g. `Let q0 = m_blk * BLOCK_M`."""
+
+    kind: Literal["let"] = "let"
+    name: str
+    value: Expr
+
+
+class ForLoop(Node):
+    """`for VAR in [parallel] range(START, STOP)` ... `end`, half-open, interpreted exactly as written.
+    `parallel` loops map onto the launch grid and must enclose every sequential loop of the kernel.
+    In a sketch the range may be free text (`text`), then start/stop are None."""
+
+    kind: Literal["for"] = "for"
+    var: str
+    parallel: bool = False
+    start: Expr | None = None
+    stop: Expr | None = None
+    text: str | None = None
+    body: list[Stmt] = Field(default_factory=list)
+
+
+class Kernel(Node):
+    """`Kernel NAME` ... `end`: one launch. Several kernels run in order (split-KV: partial, combine)."""
+
+    kind: Literal["kernel"] = "kernel"
+    name: str
+    body: list[Stmt] = Field(default_factory=list)
+
+
+Stmt = Annotated[
+    Comment | Allocate | Copy | ComputeGemm | ComputeOnlineSoftmax | ComputeAssign | ComputeText | Reshape | Let | ForLoop | Kernel,
+    Field(discriminator="kind"),
+]
+
+
+# --------------------------------------------------------------------------- header and program
+
+class TargetDecl(Node):
+    """`Target ARCH dtype DT accum fp32 head_dim D`: what the program is written for."""
+
+    arch: str = Field(description="sm_75, sm_80, sm_86, sm_89, sm_90")
+    dtype: DType
+    accum: DType = DType.fp32
+    head_dim: int
+
+
+class Program(Node):
+    """A parsed LLM-TL program (full or sketch)."""
+
+    filename: str = Field(default="<tl>", exclude=True)
+    target: TargetDecl | None = None
+    variant: Variant | None = None
+    params: dict[str, int] = Field(default_factory=dict)
+    body: list[Stmt] = Field(default_factory=list)
+
+    @property
+    def is_full(self) -> bool:
+        return self.target is not None
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return [s for s in self.body if isinstance(s, Kernel)]
+
+    @property
+    def global_allocations(self) -> list[Allocate]:
+        return [s for s in self.body if isinstance(s, Allocate)]
+
+    def statements(self) -> list[Any]:
+        """Every statement, depth first in source order (kernels and loops before their bodies)."""
+        out: list[Any] = []
+
+        def walk(stmts: list[Any]) -> None:
+            for s in stmts:
+                out.append(s)
+                if isinstance(s, (Kernel, ForLoop)):
+                    walk(s.body)
+
+        walk(self.body)
+        return out
+
+
+Unary.model_rebuild()
+Binary.model_rebuild()
+Call.model_rebuild()
+ForLoop.model_rebuild()
+Kernel.model_rebuild()
+Program.model_rebuild()
+
+
+def walk_expr(expr: Any):
+    """Yield every node of an expression tree (pre-order)."""
+    yield expr
+    if isinstance(expr, Unary):
+        yield from walk_expr(expr.operand)
+    elif isinstance(expr, Binary):
+        yield from walk_expr(expr.left)
+        yield from walk_expr(expr.right)
+    elif isinstance(expr, Call):
+        for a in expr.args:
+            yield from walk_expr(a)
+
+
+def expr_names(expr: Any) -> list[str]:
+    """Names an expression reads, in order (with repeats)."""
+    return [n.id for n in walk_expr(expr) if isinstance(n, Name)]

@@ -1,0 +1,740 @@
+"""Static checks of an LLM-TL program: names, shapes, memory levels, parameters and target budgets.
+
+`check(program, target=None)` returns every problem found as a Diagnostic (errors and warnings);
+it never raises on a bad program. Shapes are compared by evaluating them with the program's params
+and head_dim (runtime sizes get probe values); a slice extent must be the same for two different
+probe assignments of the loop variables, i.e. it must not depend on them.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from flashgen.tl_spec import ast
+from flashgen.tl_spec.diagnostics import Diagnostic
+from flashgen.tl_spec.printer import format_expr
+from flashgen.variant import DType
+
+# probe values for runtime sizes: distinct, not multiples of common tiles
+_PROBES = ({"B": 3, "H": 12, "KVH": 4, "N": 1001, "M": 1237}, {"B": 5, "H": 20, "KVH": 5, "N": 517, "M": 389})
+_EXPECTED_GLOBALS = {
+    "Q": (["B", "H", "N", "D"], "input dtype"), "K": (["B", "KVH", "M", "D"], "input dtype"),
+    "V": (["B", "KVH", "M", "D"], "input dtype"), "O": (["B", "H", "N", "D"], "input dtype"),
+    "LSE": (["B", "H", "N"], "fp32"),
+}
+_REG_OVERHEAD = 24  # addresses, loop counters, predicates: registers a kernel needs besides its tiles
+
+
+@dataclass
+class _Sym:
+    name: str
+    kind: str  # builtin | param | loop | let | tensor
+    loc: ast.Loc | None = None
+    level: ast.Level | None = None
+    dtype: DType | None = None
+    shape: tuple[int, ...] | None = None
+    written: bool = False
+    accumulator: bool = False
+    in_loop: bool = False  # allocated or written inside a sequential loop (multi-buffered)
+    reported: bool = False
+    written_in_loop: bool = False
+    probe: tuple[Any, Any] = (None, None)  # values under the two probe assignments
+
+
+@dataclass
+class _Ctx:
+    kernel: ast.Kernel | None = None
+    seq_depth: int = 0
+    grid_done: bool = False  # a non-grid statement has been seen in this kernel
+    kernel_tensors: list[_Sym] = field(default_factory=list)
+
+
+class _Checker:
+    def __init__(self, program: ast.Program, target: Any):
+        self.p = program
+        self.target = target
+        self.diags: list[Diagnostic] = []
+        self.scopes: list[dict[str, _Sym]] = []
+        self.dtype = program.target.dtype if program.target else DType.fp16
+        self.rng = random.Random(0)
+
+    # ------------------------------------------------------------------ reporting
+    def err(self, node: Any, message: str, hint: str | None = None, severity: str = "error") -> None:
+        loc = getattr(node, "loc", None) or ast.Loc()
+        self.diags.append(Diagnostic(file=self.p.filename, line=loc.line, col=loc.col, severity=severity,
+                                     message=message, hint=hint))
+
+    def warn(self, node: Any, message: str, hint: str | None = None) -> None:
+        self.err(node, message, hint, "warning")
+
+    # ------------------------------------------------------------------ scopes
+    def lookup(self, name: str) -> _Sym | None:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+    def define(self, sym: _Sym, node: Any) -> None:
+        old = self.lookup(sym.name)
+        if old is not None:
+            where = f" at line {old.loc.line}" if old.loc else f" as a {old.kind}"
+            self.err(node, f"'{sym.name}' is already defined{where}", "give it a name of its own")
+            return
+        self.scopes[-1][sym.name] = sym
+
+    # ------------------------------------------------------------------ probe evaluation
+    def probe(self, expr: Any, which: int, node: Any, index_names: bool = False) -> Any:
+        """Value of an expression under probe assignment `which` (None where it is not a scalar)."""
+        if isinstance(expr, ast.Num):
+            return expr.value
+        if isinstance(expr, ast.Name):
+            sym = self.lookup(expr.id)
+            if sym is None:
+                return None
+            return sym.probe[which]
+        if isinstance(expr, ast.Unary):
+            v = self.probe(expr.operand, which, node)
+            return None if v is None else (-v if expr.op == "-" else (not v))
+        if isinstance(expr, ast.Binary):
+            a, b = self.probe(expr.left, which, node), self.probe(expr.right, which, node)
+            if a is None or b is None:
+                return None
+            try:
+                return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,
+                        "//": lambda: a // b, "%": lambda: a % b, "<": lambda: a < b, "<=": lambda: a <= b,
+                        ">": lambda: a > b, ">=": lambda: a >= b, "==": lambda: a == b, "!=": lambda: a != b,
+                        "and": lambda: a and b, "or": lambda: a or b}[expr.op]()
+            except (ZeroDivisionError, OverflowError):
+                return None
+        if isinstance(expr, ast.Call):
+            args = [self.probe(a, which, node) for a in expr.args]
+            if any(a is None for a in args):
+                return None
+            f = expr.func
+            try:
+                if f == "cdiv":
+                    return -(-args[0] // args[1])
+                if f in ("max", "min"):
+                    return (max if f == "max" else min)(args)
+                if f == "where":
+                    return args[1] if args[0] else args[2]
+                if f == "abs":
+                    return abs(args[0])
+                if f in ("exp", "exp2", "log", "log2", "tanh", "sqrt"):
+                    return {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2,
+                            "tanh": math.tanh, "sqrt": math.sqrt}[f](args[0])
+            except (ValueError, ZeroDivisionError, OverflowError):
+                return None
+        return None
+
+    def static_dims(self, exprs: list[Any], node: Any) -> tuple[int, ...] | None:
+        dims = []
+        for e in exprs:
+            a, b = self.probe(e, 0, node), self.probe(e, 1, node)
+            if a is None or a != b or float(a) != int(a):
+                self.err(e, f"shape '{format_expr(e)}' is not a constant (use params, D and numbers)",
+                         "a local tile's shape is fixed at compile time, e.g. [BLOCK_M, D]")
+                return None
+            if int(a) <= 0:
+                self.err(e, f"shape '{format_expr(e)}' is {int(a)}; it must be positive")
+                return None
+            dims.append(int(a))
+        return tuple(dims)
+
+    # ------------------------------------------------------------------ names in expressions
+    def names_in(self, expr: Any, node: Any, allow_index: bool = False, allow_tensors: bool = True) -> None:
+        for sub in ast.walk_expr(expr):
+            if isinstance(sub, ast.Call):
+                if sub.func not in ast.FUNCTIONS:
+                    self.err(sub, f"unknown function '{sub.func}'", f"functions: {', '.join(ast.FUNCTIONS)}")
+                elif len(sub.args) != ast.FUNCTIONS[sub.func]:
+                    self.err(sub, f"{sub.func} takes {ast.FUNCTIONS[sub.func]} argument(s), got {len(sub.args)}")
+            if not isinstance(sub, ast.Name):
+                continue
+            if sub.id in ast.INDEX_NAMES:
+                if not allow_index:
+                    self.err(sub, f"{sub.id} exists only inside an elementwise Compute on a tile",
+                             "bounds and indices use loop variables and Let scalars")
+                continue
+            sym = self.lookup(sub.id)
+            if sym is None:
+                hint = None
+                if sub.id in ast.VARIANT_SCALARS:
+                    hint = f"'{sub.id}' is defined only when the Variant line declares it"
+                self.err(sub, f"undefined name '{sub.id}'", hint)
+                continue
+            if sym.kind == "tensor":
+                if not allow_tensors:
+                    self.err(sub, f"'{sub.id}' is a tensor; an index or bound is a scalar expression")
+                elif sym.level is ast.Level.global_:
+                    self.err(sub, f"'{sub.id}' is a global tensor; Copy a tile of it to registers first",
+                             "Compute works on shared and register tiles")
+                else:
+                    self.read(sym, sub)
+
+    def read(self, sym: _Sym, node: Any) -> None:
+        if sym.kind == "tensor" and sym.level is not ast.Level.global_ and not sym.written and not sym.reported:
+            sym.reported = True
+            self.err(node, f"'{sym.name}' is read before anything writes it (allocations start uninitialised)",
+                     f"initialise it first, e.g. Compute {sym.name} = 0")
+
+    def write(self, sym: _Sym, ctx: _Ctx) -> None:
+        sym.written = True
+        if ctx.seq_depth > 0:
+            sym.written_in_loop = True
+
+    def tensor(self, name: str, node: Any) -> _Sym | None:
+        sym = self.lookup(name)
+        if sym is None:
+            self.err(node, f"undefined tensor '{name}'", "Allocate it first")
+            return None
+        if sym.kind != "tensor":
+            self.err(node, f"'{name}' is a {sym.kind}, not a tensor")
+            return None
+        return sym
+
+    # ------------------------------------------------------------------ program
+    def run(self) -> list[Diagnostic]:
+        p = self.p
+        if not p.is_full:
+            return self.diags  # a sketch: the parser already checked its structure
+        builtins: dict[str, _Sym] = {}
+        head_dim = p.target.head_dim  # type: ignore[union-attr]
+        for name in (*ast.SIZE_NAMES, *ast.CONSTANTS, *ast.RUNTIME_SCALARS):
+            vals = []
+            for probe in _PROBES:
+                env = {**probe, "D": head_dim, "KV_GROUP": probe["H"] // probe["KVH"], "scale": 0.125,
+                       **ast.CONSTANTS}
+                vals.append(env[name])
+            builtins[name] = _Sym(name, "builtin", probe=(vals[0], vals[1]))
+        if p.variant is None:
+            self.err(p.target, "a full program needs a Variant line (what it computes)", "Variant softmax causal")
+        else:
+            if p.variant.softcap is not None:
+                builtins["softcap"] = _Sym("softcap", "builtin", probe=(p.variant.softcap, p.variant.softcap))
+            if p.variant.window is not None:
+                builtins["window"] = _Sym("window", "builtin", probe=(p.variant.window, p.variant.window))
+        self.scopes = [builtins, {}]
+        for name, value in p.params.items():
+            if name in builtins:
+                self.err(p.target, f"param '{name}' shadows a builtin name", "rename the param")
+                continue
+            if value <= 0 and (name.startswith("BLOCK_") or name in ("WARPS", "STAGES", "SPLITS")):
+                self.err(p.target, f"param {name} = {value} must be positive")
+            self.scopes[-1][name] = _Sym(name, "param", probe=(value, value))
+        self.check_params()
+        ctx = _Ctx()
+        for stmt in p.body:
+            if isinstance(stmt, ast.Comment):
+                continue
+            if isinstance(stmt, ast.Allocate):
+                if stmt.level is not ast.Level.global_:
+                    self.err(stmt, f"a {stmt.level.value} tensor is allocated outside a Kernel",
+                             "shared and register tensors live inside a Kernel's parallel loops")
+                self.allocate(stmt, ctx)
+            elif isinstance(stmt, ast.Kernel):
+                self.kernel(stmt)
+            else:
+                self.err(stmt, "a statement outside a Kernel in a full program",
+                         "wrap the statements in `Kernel NAME` ... `end`")
+        self.check_globals()
+        return self.diags
+
+    def check_params(self) -> None:
+        p, t = self.p, self.p.target
+        assert t is not None
+        params = p.params
+        mma = self.mma_shape()
+        warps = params.get("WARPS")
+        if warps and "BLOCK_M" in params and params["BLOCK_M"] % (16 * warps):
+            self.err(t, f"BLOCK_M = {params['BLOCK_M']} is not a multiple of 16 * WARPS = {16 * warps}",
+                     "each warp computes 16-row slices of the query tile")
+        if mma is not None:
+            if t.head_dim % mma.k:
+                self.err(t, f"head_dim {t.head_dim} is not a multiple of {mma.k}, the k of {mma.instruction}",
+                         "pad the head dimension or pick another head_dim")
+            if t.head_dim % mma.n:
+                self.err(t, f"head_dim {t.head_dim} is not a multiple of {mma.n}, the n of {mma.instruction}")
+            block_n = params.get("BLOCK_N")
+            if block_n and block_n % mma.k:
+                self.err(t, f"BLOCK_N = {block_n} is not a multiple of {mma.k}, the k of {mma.instruction} "
+                            f"(the P @ V GEMM contracts over BLOCK_N)", "use a multiple of 16")
+        if "STAGES" in params and params["STAGES"] < 1:
+            self.err(t, "STAGES must be at least 1")
+        if self.target is not None:
+            threads = 32 * (warps or 4)
+            if threads > self.target.max_threads_per_block:
+                self.err(t, f"WARPS = {warps} gives {threads} threads; {self.target.name} allows "
+                            f"{self.target.max_threads_per_block} per block")
+            if t.dtype is DType.bf16 and not self.target.has_bf16_mma:
+                self.err(t, f"{self.target.name} ({self.target.arch}) has no bf16 mma", "use fp16 on sm_75")
+
+    def mma_shape(self) -> Any:
+        """The mma.sync shape the translator would pick for the dtype (largest k), or a default."""
+        want = "tf32" if self.dtype is DType.fp32 else self.dtype.value
+        if self.target is not None:
+            shapes = [m for m in self.target.mma if want in m.input_dtypes and m.requires_arch is None]
+            if shapes:
+                return max(shapes, key=lambda m: m.k)
+        from flashgen.targets import MmaShape
+
+        return MmaShape(instruction=f"mma.sync.aligned.m16n8k{8 if want == 'tf32' else 16}", m=16, n=8,
+                        k=8 if want == "tf32" else 16, input_dtypes=(want,))
+
+    def check_globals(self) -> None:
+        p = self.p
+        declared = {a.name: a for a in p.global_allocations}
+        anchor = p.target
+        for name, (dims, dtype_rule) in _EXPECTED_GLOBALS.items():
+            alloc = declared.get(name)
+            needed = name != "LSE" or (p.variant is not None and p.variant.return_lse)
+            if alloc is None:
+                if needed:
+                    self.err(anchor, f"no global '{name}' declared",
+                             f"Allocate {name} in global shape [{', '.join(dims)}] dtype "
+                             f"{'fp32' if name == 'LSE' else self.dtype.value}")
+                continue
+            if name == "LSE" and not needed:
+                self.warn(alloc, "LSE is declared but the variant does not return it", "add return_lse to Variant")
+            got = [format_expr(e) for e in alloc.shape or []]
+            if got != dims:
+                self.err(alloc, f"global '{name}' has shape [{', '.join(got)}], expected [{', '.join(dims)}]")
+            want = DType.fp32 if dtype_rule == "fp32" else self.dtype
+            if alloc.dtype is not want:
+                self.err(alloc, f"global '{name}' has dtype {alloc.dtype.value if alloc.dtype else 'none'}, "
+                                f"expected {want.value}")
+        for name in ("O", "LSE"):
+            sym = self.scopes[1].get(name) if len(self.scopes) > 1 else None
+            needed = name == "O" or (p.variant is not None and p.variant.return_lse)
+            if sym is not None and needed and not sym.written:
+                self.err(declared[name], f"output '{name}' is never written",
+                         f"Copy the result from registers: Copy ... from register to global {name}[...]")
+
+    # ------------------------------------------------------------------ statements
+    def allocate(self, stmt: ast.Allocate, ctx: _Ctx) -> None:
+        if stmt.shape is None or stmt.dtype is None:
+            self.err(stmt, f"Allocate {stmt.name} needs a shape and a dtype in full TL", "Allocate S_r in register "
+                     "shape [BLOCK_M, BLOCK_N] dtype fp32")
+        sym = _Sym(stmt.name, "tensor", loc=stmt.loc, level=stmt.level, dtype=stmt.dtype)
+        if stmt.level is ast.Level.global_:
+            sym.written = stmt.name in ("Q", "K", "V")
+            dims = []
+            for e in stmt.shape or []:
+                self.names_in(e, stmt, allow_tensors=False)
+                dims.append(0)
+            sym.shape = tuple(dims)
+        else:
+            if stmt.shape is not None:
+                for e in stmt.shape:
+                    self.names_in(e, stmt, allow_tensors=False)
+                sym.shape = self.static_dims(stmt.shape, stmt)
+                if sym.shape is not None and len(sym.shape) not in (1, 2):
+                    self.err(stmt, f"'{stmt.name}' has {len(sym.shape)} dims; a local tensor is a row vector [r] "
+                                   f"or a tile [r, c]")
+            if stmt.offset is not None:
+                if stmt.level is not ast.Level.shared:
+                    self.err(stmt.offset, "only shared buffers take an offset")
+                self.names_in(stmt.offset, stmt, allow_tensors=False)
+            sym.in_loop = ctx.seq_depth > 0
+            ctx.kernel_tensors.append(sym)
+            if stmt.level is ast.Level.register and stmt.dtype is not None and stmt.dtype not in (DType.fp32,
+                                                                                                 self.dtype):
+                self.err(stmt, f"register tensor of dtype {stmt.dtype.value} in a {self.dtype.value} program",
+                         f"registers hold fp32 accumulators or {self.dtype.value} operands")
+        self.define(sym, stmt)
+
+    def kernel(self, k: ast.Kernel) -> None:
+        for other in self.p.kernels:
+            if other is not k and other.name == k.name and other.loc and k.loc and other.loc.line < k.loc.line:
+                self.err(k, f"a second Kernel named '{k.name}'")
+        ctx = _Ctx(kernel=k)
+        self.scopes.append({})
+        self.block(k.body, ctx, grid_level=True)
+        self.scopes.pop()
+        self.budgets(k, ctx)
+
+    def block(self, stmts: list[Any], ctx: _Ctx, grid_level: bool = False) -> None:
+        real = [s for s in stmts if not isinstance(s, ast.Comment)]
+        for i, stmt in enumerate(real):
+            if isinstance(stmt, ast.ForLoop):
+                self.loop(stmt, ctx, grid_level and not ctx.grid_done, after=real[i + 1:])
+                continue
+            if not isinstance(stmt, ast.Let):
+                ctx.grid_done = True
+            self.statement(stmt, ctx)
+
+    def loop(self, loop: ast.ForLoop, ctx: _Ctx, grid_level: bool, after: list[Any]) -> None:
+        if loop.text is not None:
+            self.err(loop, "a sketch loop (free text range) in a full program",
+                     "for n_blk in range(0, cdiv(M, BLOCK_N))")
+        if loop.parallel:
+            if not grid_level:
+                self.err(loop, "a parallel loop inside a sequential part of the kernel",
+                         "parallel loops (the launch grid) must enclose everything else in their Kernel")
+            elif after:
+                self.err(after[0], "a statement after a parallel loop at the same level",
+                         "put it inside the parallel loop, or in another Kernel")
+        probes = []
+        for bound in (loop.start, loop.stop):
+            if bound is not None:
+                self.names_in(bound, loop, allow_tensors=False)
+        for which in (0, 1):
+            lo = self.probe(loop.start, which, loop) if loop.start is not None else None
+            probes.append(lo)
+        self.scopes.append({})
+        # a probe value for the variable: the start, which exists for every non-empty loop
+        sym = _Sym(loop.var, "loop", loc=loop.loc, probe=(probes[0], probes[1]))
+        if sym.probe[0] is not None:
+            sym.probe = (sym.probe[0] + 1, sym.probe[1] + 2)  # distinct, so extents that depend on it show
+        self.define(sym, loop)
+        if not loop.parallel:
+            ctx.seq_depth += 1
+            ctx.grid_done = True
+        self.block(loop.body, ctx, grid_level=loop.parallel and grid_level)
+        if not loop.parallel:
+            ctx.seq_depth -= 1
+        self.scopes.pop()
+
+    def statement(self, stmt: Any, ctx: _Ctx) -> None:
+        if isinstance(stmt, ast.Let):
+            self.names_in(stmt.value, stmt, allow_tensors=False)
+            self.define(_Sym(stmt.name, "let", loc=stmt.loc,
+                             probe=(self.probe(stmt.value, 0, stmt), self.probe(stmt.value, 1, stmt))), stmt)
+        elif isinstance(stmt, ast.Allocate):
+            if stmt.level is ast.Level.global_:
+                self.err(stmt, "a global tensor allocated inside a Kernel", "declare global tensors before the kernels")
+            elif not ctx.grid_done:
+                self.err(stmt, "a local tensor allocated outside the innermost parallel loop",
+                         "allocate shared and register tensors inside the grid loops (one block's storage)")
+            self.allocate(stmt, ctx)
+        elif isinstance(stmt, ast.Copy):
+            self.copy(stmt, ctx)
+        elif isinstance(stmt, ast.ComputeGemm):
+            self.gemm(stmt, ctx)
+        elif isinstance(stmt, ast.ComputeOnlineSoftmax):
+            self.online_softmax(stmt, ctx)
+        elif isinstance(stmt, ast.ComputeAssign):
+            self.assign(stmt, ctx)
+        elif isinstance(stmt, ast.Reshape):
+            self.reshape(stmt, ctx)
+        elif isinstance(stmt, ast.Kernel):
+            self.err(stmt, "a Kernel inside a Kernel", "close the first with `end`")
+        elif isinstance(stmt, ast.ComputeText):
+            self.err(stmt, "a free-form Compute (sketch) in a full program",
+                     "write an expression: Compute NAME = EXPR, or GEMM / OnlineSoftmax")
+
+    def copy(self, stmt: ast.Copy, ctx: _Ctx) -> None:
+        if stmt.dst is None:
+            self.err(stmt, "a Copy without a destination (sketch form) in a full program",
+                     "Copy K[b, h, k0 : k0 + BLOCK_N, 0 : D] from global to shared K_s")
+            return
+        src, dst = self.tensor(stmt.src.name, stmt.src), self.tensor(stmt.dst.name, stmt.dst)
+        if src is None or dst is None:
+            return
+        ok = True
+        for ref, sym, level, side in ((stmt.src, src, stmt.src_level, "from"), (stmt.dst, dst, stmt.dst_level, "to")):
+            if sym.level is not level:
+                ok = False
+                self.err(ref, f"'{sym.name}' lives in {sym.level.value} memory but the Copy says {side} "
+                              f"{level.value}", f"Copy {stmt.src.name} from {src.level.value} to {dst.level.value} "
+                                                f"{stmt.dst.name}" if src.level and dst.level else None)
+            if ref.transposed:
+                self.err(ref, "^T marks a GEMM operand; a Copy does not transpose")
+        if not ok:
+            return
+        if src.level is ast.Level.global_ and dst.level is ast.Level.global_:
+            self.err(stmt, "a Copy from global to global", "stage it through shared memory or registers")
+            return
+        if dst.level is ast.Level.global_ and dst.name in ("Q", "K", "V"):
+            self.err(stmt.dst, f"'{dst.name}' is an input; a kernel cannot write it")
+            return
+        if src.level is ast.Level.global_ or dst.level is ast.Level.global_:
+            glob_ref, glob, local_ref, local = (stmt.src, src, stmt.dst, dst) if src.level is ast.Level.global_ \
+                else (stmt.dst, dst, stmt.src, src)
+            if local_ref.index is not None:
+                self.err(local_ref, "only the global side of a Copy is indexed")
+            if glob_ref.index is None:
+                self.err(glob_ref, f"the global side '{glob.name}' needs an index",
+                         f"{glob.name}[b, h, r0 : r0 + BLOCK_M, 0 : D]")
+            else:
+                self.global_index(glob_ref, glob, local)
+        else:
+            for ref in (stmt.src, stmt.dst):
+                if ref.index is not None:
+                    self.err(ref, "a shared/register tensor is used whole; only the global side of a Copy is indexed")
+            if src.shape and dst.shape and src.shape != dst.shape:
+                self.err(stmt, f"Copy of {list(src.shape)} into {list(dst.shape)}")
+        self.read(src, stmt.src)
+        dst.accumulator = src.accumulator
+        self.write(dst, ctx)
+
+    def global_index(self, ref: ast.Ref, glob: _Sym, local: _Sym) -> None:
+        assert ref.index is not None
+        if glob.shape is not None and len(ref.index) != len(glob.shape):
+            self.err(ref, f"'{glob.name}' has {len(glob.shape)} dims; the index gives {len(ref.index)}")
+            return
+        slices = [i for i in ref.index if isinstance(i, ast.Slice)]
+        if local.shape is not None and len(slices) != len(local.shape):
+            self.err(ref, f"the index selects a {len(slices)}-dim tile but '{local.name}' has {len(local.shape)} dims",
+                     "one `start : stop` slice per tile dim, a single index for every other dim")
+            return
+        for k, item in enumerate(ref.index):
+            if isinstance(item, ast.Point):
+                self.names_in(item.index, ref, allow_tensors=False)
+                continue
+            self.names_in(item.start, ref, allow_tensors=False)
+            self.names_in(item.stop, ref, allow_tensors=False)
+            extents = []
+            for which in (0, 1):
+                a, b = self.probe(item.start, which, ref), self.probe(item.stop, which, ref)
+                extents.append(None if a is None or b is None else b - a)
+            dim = local.shape[slices.index(item)] if local.shape else None
+            if None in extents:
+                continue
+            if extents[0] != extents[1]:
+                self.err(item, f"the extent of slice '{format_expr(item.start)} : {format_expr(item.stop)}' depends on "
+                               f"loop variables", "write start : start + TILE")
+            elif dim is not None and extents[0] != dim:
+                self.err(item, f"slice '{format_expr(item.start)} : {format_expr(item.stop)}' spans {extents[0]} "
+                               f"elements but '{local.name}' has {dim} along that dim")
+
+    def gemm(self, stmt: ast.ComputeGemm, ctx: _Ctx) -> None:
+        a, b = self.tensor(stmt.a.name, stmt.a), self.tensor(stmt.b.name, stmt.b)
+        c = self.tensor(stmt.out, stmt)
+        if a is None or b is None or c is None:
+            return
+        bad = False
+        for ref, sym in ((stmt.a, a), (stmt.b, b)):
+            if ref.index is not None:
+                self.err(ref, "a GEMM operand is a whole shared or register tile (no index)")
+                bad = True
+            if sym.level is ast.Level.global_:
+                self.err(ref, f"GEMM operand '{sym.name}' is in global memory",
+                         f"Copy a tile of it to shared memory first (Copy {sym.name}[...] from global to shared ...)")
+                bad = True
+            elif sym.accumulator:
+                self.err(ref, f"GEMM operand '{sym.name}' is the fp32 accumulator of another GEMM (missing Reshape)",
+                         f"Reshape {sym.name} into an {self.dtype.value} register tile and use that")
+                bad = True
+            elif sym.level is ast.Level.register and sym.dtype is not None and sym.dtype is not self.dtype:
+                self.err(ref, f"GEMM operand '{sym.name}' is {sym.dtype.value}; operands are {self.dtype.value}",
+                         "Reshape the accumulator into an operand tile")
+                bad = True
+        if stmt.a.transposed:
+            self.err(stmt.a, "the A operand of a GEMM cannot be transposed", "transpose B instead: A, B^T")
+        if c.level is not ast.Level.register or c.dtype not in (None, DType.fp32):
+            self.err(stmt, f"GEMM result '{c.name}' must be an fp32 register tile (the accumulator)")
+            bad = True
+        if not bad and a.shape and b.shape and c.shape:
+            if len(a.shape) != 2 or len(b.shape) != 2 or len(c.shape) != 2:
+                self.err(stmt, "GEMM operands and result are 2-dim tiles")
+            else:
+                m, k = a.shape
+                kb, n = (b.shape[1], b.shape[0]) if stmt.b.transposed else b.shape
+                if k != kb or c.shape != (m, n):
+                    hint = "is B stored [n, k]? then write B^T" if not stmt.b.transposed and b.shape[1] == k else None
+                    self.err(stmt, f"GEMM shapes do not match: [{m}, {k}] @ [{kb}, {n}] -> {list(c.shape)}", hint)
+                self.gemm_dims(stmt, m, n, k)
+        self.read(a, stmt.a)
+        self.read(b, stmt.b)
+        if stmt.accumulate:
+            self.read(c, stmt)
+        self.write(c, ctx)
+        c.accumulator = True
+
+    def gemm_dims(self, stmt: Any, m: int, n: int, k: int) -> None:
+        mma = self.mma_shape()
+        warps = self.p.params.get("WARPS", 1)
+        if m % (mma.m * warps):
+            self.err(stmt, f"the GEMM's {m} rows do not split into {warps} warps of {mma.m} rows ({mma.instruction})",
+                     "make BLOCK_M a multiple of 16 * WARPS")
+        if n % mma.n:
+            self.err(stmt, f"the GEMM's n = {n} is not a multiple of {mma.n} ({mma.instruction})")
+        if k % mma.k:
+            self.err(stmt, f"the GEMM's k = {k} is not a multiple of {mma.k} ({mma.instruction})")
+
+    def online_softmax(self, stmt: ast.ComputeOnlineSoftmax, ctx: _Ctx) -> None:
+        if stmt.rescale is None:
+            self.err(stmt, "OnlineSoftmax without `and rescale O` in a full program",
+                     "Compute OnlineSoftmax S_r with max m_i, sum l_i and rescale O_r")
+        names = [stmt.scores, stmt.max, stmt.sum] + ([stmt.rescale] if stmt.rescale else [])
+        syms = [self.tensor(n, stmt) for n in names]
+        if any(s is None for s in syms):
+            return
+        for s in syms:
+            if s.level is not ast.Level.register:  # type: ignore[union-attr]
+                self.err(stmt, f"OnlineSoftmax works on register tensors; '{s.name}' is in {s.level.value}")  # type: ignore
+                return
+        s, m, l = syms[0], syms[1], syms[2]
+        if s.shape and m.shape and l.shape:  # type: ignore[union-attr]
+            rows = s.shape[0]  # type: ignore[union-attr]
+            if len(s.shape) != 2 or m.shape != (rows,) or l.shape != (rows,):  # type: ignore[union-attr]
+                self.err(stmt, "OnlineSoftmax wants scores [r, c] and row vectors max [r], sum [r]")
+            if len(syms) == 4 and syms[3].shape and (len(syms[3].shape) != 2 or syms[3].shape[0] != rows):  # type: ignore
+                self.err(stmt, "the rescaled accumulator must have the scores' rows")
+        for sym in syms:
+            self.read(sym, stmt)  # type: ignore[arg-type]
+        for sym in syms:
+            self.write(sym, ctx)  # type: ignore[arg-type]
+
+    def assign(self, stmt: ast.ComputeAssign, ctx: _Ctx) -> None:
+        target = self.tensor(stmt.target, stmt)
+        self.names_in(stmt.expr, stmt, allow_index=True)
+        if target is None:
+            return
+        if target.level is ast.Level.global_:
+            self.err(stmt, f"Compute on global memory ('{target.name}')",
+                     "Copy a tile to registers, compute there, Copy the result back")
+            return
+        self.expr_shape(stmt.expr, target, stmt, reduce_depth=0)
+        self.write(target, ctx)
+
+    def expr_shape(self, expr: Any, target: _Sym, stmt: Any, reduce_depth: int) -> None:
+        """Every tensor must fit the destination: rank at most the target's (2 inside rowmax/rowsum), same rows."""
+        if not target.shape:
+            return
+        rank = len(target.shape) + reduce_depth
+        if isinstance(expr, ast.Call) and expr.func in ast.REDUCTIONS:
+            if len(target.shape) + reduce_depth >= 2:
+                self.err(expr, f"{expr.func} of a row vector: it reduces a [rows, cols] tile")
+            for a in expr.args:
+                self.expr_shape(a, target, stmt, reduce_depth + 1)
+            return
+        if isinstance(expr, ast.Name):
+            if expr.id == "k_idx" and rank < 2:
+                self.err(expr, "k_idx in a row-vector Compute: there is no key column here")
+            sym = self.lookup(expr.id)
+            if sym is None or sym.kind != "tensor" or not sym.shape or sym.level is ast.Level.global_:
+                return
+            if len(sym.shape) > rank:
+                self.err(expr, f"'{sym.name}' {list(sym.shape)} does not fit '{target.name}' {list(target.shape)}",
+                         "reduce it with rowmax/rowsum")
+            elif sym.shape[0] != target.shape[0]:
+                self.err(expr, f"'{sym.name}' has {sym.shape[0]} rows, '{target.name}' has {target.shape[0]}")
+            elif len(sym.shape) == 2 and rank == 2 and reduce_depth == 0 and sym.shape[1] != target.shape[1]:
+                self.err(expr, f"'{sym.name}' {list(sym.shape)} does not fit '{target.name}' {list(target.shape)}")
+            return
+        for sub in {ast.Unary: lambda e: [e.operand], ast.Binary: lambda e: [e.left, e.right],
+                    ast.Call: lambda e: e.args}.get(type(expr), lambda e: [])(expr):
+            self.expr_shape(sub, target, stmt, reduce_depth)
+
+    def reshape(self, stmt: ast.Reshape, ctx: _Ctx) -> None:
+        src, dst = self.tensor(stmt.src, stmt), self.tensor(stmt.dst, stmt)
+        if src is None or dst is None:
+            return
+        if src.level is not ast.Level.register or dst.level is not ast.Level.register:
+            self.err(stmt, "Reshape turns a register accumulator into a register operand; both must be registers")
+        elif src.shape and dst.shape and src.shape != dst.shape:
+            self.err(stmt, f"Reshape of {list(src.shape)} into {list(dst.shape)}")
+        elif dst.dtype is not None and dst.dtype is not self.dtype:
+            self.err(stmt, f"Reshape into '{dst.name}' of dtype {dst.dtype.value}; operands are {self.dtype.value}")
+        self.read(src, stmt)
+        self.write(dst, ctx)
+        dst.accumulator = False
+
+    # ------------------------------------------------------------------ budgets
+    def budgets(self, kernel: ast.Kernel, ctx: _Ctx) -> None:
+        if self.target is None:
+            return
+        stages = self.p.params.get("STAGES", 1)
+        warps = self.p.params.get("WARPS", 4)
+        smem = 0
+        acc_regs = operand_regs = 0.0
+        allocs = {a.name: a for a in _allocations(kernel)}
+        for sym in ctx.kernel_tensors:
+            if not sym.shape or sym.dtype is None:
+                continue
+            size = math.prod(sym.shape) * sym.dtype.itemsize
+            if sym.level is ast.Level.shared:
+                copies = stages if sym.written_in_loop else 1
+                alloc = allocs.get(sym.name)
+                off = self.probe(alloc.offset, 0, alloc) if alloc is not None and alloc.offset is not None else None
+                if isinstance(off, (int, float)):
+                    smem = max(smem, int(off) + size * copies)
+                else:
+                    smem += size * copies
+            elif sym.level is ast.Level.register:
+                if sym.dtype is DType.fp32:
+                    acc_regs += size / 4
+                else:
+                    operand_regs += size / 4
+        t = self.target
+        if smem > t.smem_per_block_bytes:
+            self.err(kernel, f"kernel '{kernel.name}' needs {smem} bytes of shared memory; {t.name} allows "
+                             f"{t.smem_per_block_bytes} per block",
+                     "lower BLOCK_N, BLOCK_M or STAGES (buffers loaded in a loop count STAGES times)")
+        threads = 32 * warps
+        # fp32 tiles stay resident for the whole loop: over the limit they surely spill (an error); operand
+        # tiles may be streamed from shared memory or converted in place, so they only warn
+        resident = acc_regs / threads + _REG_OVERHEAD
+        total = (acc_regs + operand_regs) / threads + _REG_OVERHEAD
+        has_gemm = any(isinstance(s, ast.ComputeGemm) for s in _walk(kernel.body))
+        if resident > t.max_regs_per_thread and not has_gemm:
+            self.warn(kernel, f"kernel '{kernel.name}' holds about {resident:.0f} registers per thread in fp32 tiles; "
+                              f"{t.name} allows {t.max_regs_per_thread}",
+                      "with no GEMM the translator may loop over the tile instead of spreading it over threads")
+        elif resident > t.max_regs_per_thread:
+            self.err(kernel, f"kernel '{kernel.name}' keeps about {resident:.0f} registers per thread in fp32 tiles; "
+                             f"{t.name} allows {t.max_regs_per_thread} (it would spill)",
+                     "lower BLOCK_M or BLOCK_N, or raise WARPS")
+        elif total > t.max_regs_per_thread:
+            self.warn(kernel, f"kernel '{kernel.name}' holds about {total:.0f} registers per thread if its operand "
+                              f"tiles stay in registers; {t.name} allows {t.max_regs_per_thread}",
+                      "the translator must stream operand fragments from shared memory")
+
+
+def _walk(stmts: list[Any]):
+    for s in stmts:
+        yield s
+        if isinstance(s, (ast.ForLoop, ast.Kernel)):
+            yield from _walk(s.body)
+
+
+def _allocations(kernel: ast.Kernel) -> list[ast.Allocate]:
+    out: list[ast.Allocate] = []
+
+    def walk(stmts: list[Any]) -> None:
+        for s in stmts:
+            if isinstance(s, ast.Allocate):
+                out.append(s)
+            elif isinstance(s, (ast.ForLoop, ast.Kernel)):
+                walk(s.body)
+
+    walk(kernel.body)
+    return out
+
+
+def resolve_target(program: ast.Program, target: Any = None) -> Any:
+    """The Target to check budgets against: the one given (a Target or a name), else the known target
+    of the program's arch with the least shared memory per block (the conservative one), else None."""
+    from flashgen.targets import TARGETS, get_target
+
+    if isinstance(target, str):
+        return get_target(target)
+    if target is not None:
+        return target
+    if program.target is None:
+        return None
+    same_arch = [t for t in TARGETS.values() if t.arch == program.target.arch.removesuffix("a")]
+    return min(same_arch, key=lambda t: t.smem_per_block_bytes) if same_arch else None
+
+
+def check(program: ast.Program, target: Any = None) -> list[Diagnostic]:
+    """Every problem in `program` (errors and warnings), in source order. `target` (a Target or its
+    name) sets the shared-memory and register budgets; by default the program's arch decides."""
+    resolved = resolve_target(program, target)
+    checker = _Checker(program, resolved)
+    diags = checker.run()
+    if resolved is not None and program.target is not None and resolved.arch != program.target.arch.removesuffix("a"):
+        diags.append(Diagnostic(file=program.filename, line=program.target.loc.line if program.target.loc else 1,
+                                col=1, severity="warning",
+                                message=f"the program is written for {program.target.arch}; checking against "
+                                        f"{resolved.name} ({resolved.arch})"))
+    if program.target is not None and resolved is None:
+        diags.append(Diagnostic(file=program.filename, line=program.target.loc.line if program.target.loc else 1,
+                                col=1, severity="warning",
+                                message=f"no known GPU has arch {program.target.arch}; budgets not checked"))
+    return sorted(diags, key=lambda d: (d.line, d.col))

@@ -1,0 +1,111 @@
+"""The TL library: full and sketch LLM-TL programs for each variant, rendered from one jinja2 template.
+
+`render(variant, dtype=..., arch=..., params=..., form=...)` renders any variant; the named programs in
+`PROGRAMS` are also committed as files (`<name>.full.tl`, `<name>.sketch.tl`) so that a model, a
+reviewer or the translator's tests can read them. `python -m flashgen.tl_spec.library` (or
+`flashgen tl library --write`) re-renders the files; a test asserts that they equal the rendering.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+import jinja2
+
+from flashgen.errors import UsageError
+from flashgen.variant import DType, Norm, Variant
+
+LIBRARY_DIR = Path(__file__).parent
+TEMPLATE_DIR = LIBRARY_DIR / "templates"
+
+Form = Literal["full", "sketch"]
+
+#: default tile parameters of the committed programs (sm_80, fp16, head dim 64)
+DEFAULT_PARAMS: dict[str, int] = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4, "STAGES": 2}
+DECODE_PARAMS: dict[str, int] = {"BLOCK_M": 16, "BLOCK_N": 64, "WARPS": 1, "STAGES": 2, "SPLITS": 4}
+DEFAULT_HEAD_DIM = 64
+
+#: the committed programs: name -> variant
+PROGRAMS: dict[str, Variant] = {
+    "plain": Variant(return_lse=True),
+    "causal": Variant(causal=True, return_lse=True),
+    "window": Variant(causal=True, window=100, return_lse=True),
+    "alibi": Variant(alibi=True, return_lse=True),
+    "softcap": Variant(softcap=30.0, return_lse=True),
+    "gqa": Variant(kv_group=2, return_lse=True),
+    "mqa": Variant(kv_group=4, return_lse=True),
+    "relu": Variant(norm=Norm.relu),
+    "sigmoid": Variant(norm=Norm.sigmoid),
+    "decode_splitkv": Variant(split_kv=True, return_lse=True),
+}
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, autoescape=False)
+
+
+def default_params(variant: Variant) -> dict[str, int]:
+    return dict(DECODE_PARAMS if variant.split_kv else DEFAULT_PARAMS)
+
+
+def render(variant: Variant, *, dtype: DType | str = DType.fp16, arch: str = "sm_80",
+           params: dict[str, int] | None = None, form: Form = "full", head_dim: int = DEFAULT_HEAD_DIM,
+           name: str | None = None, explicit_softmax: bool = False) -> str:
+    """LLM-TL text computing `variant`, in canonical form (parsed and re-printed).
+
+    `params` must hold BLOCK_M and BLOCK_N (split-KV also SPLITS, 4 when absent); other entries (WARPS,
+    STAGES, ...) are carried into the Params line. `explicit_softmax` writes the online softmax as explicit steps
+    instead of the OnlineSoftmax composite."""
+    from flashgen.tl_spec.parser import parse
+    from flashgen.tl_spec.printer import format_program, format_variant
+
+    if form not in ("full", "sketch"):
+        raise UsageError(f"unknown TL form {form!r}: expected 'full' or 'sketch'")
+    params = default_params(variant) if params is None else dict(params)
+    if variant.split_kv:
+        params.setdefault("SPLITS", DECODE_PARAMS["SPLITS"])
+    needed = {"BLOCK_M", "BLOCK_N"}
+    if missing := sorted(needed - set(params)):
+        raise UsageError(f"params lack {', '.join(missing)} (needed by the {variant.name} template)")
+    dtype = DType(dtype)
+    softmax = variant.norm is Norm.softmax
+    text = _env().get_template("attention.tl.j2").render(
+        v=variant, dtype=dtype.value, arch=arch, head_dim=head_dim, params=params, full=form == "full",
+        kv="h // KV_GROUP" if variant.kv_group > 1 else "h", lse=variant.return_lse, softmax=softmax,
+        variant_line=format_variant(variant), name=name or variant.name, explicit_softmax=explicit_softmax)
+    return format_program(parse(text, filename=f"<{name or variant.name}.{form}.tl>"))
+
+
+def list_programs() -> list[str]:
+    """Names of the committed library programs."""
+    return list(PROGRAMS)
+
+
+def program_path(name: str, form: Form = "full") -> Path:
+    return LIBRARY_DIR / f"{name}.{form}.tl"
+
+
+def load(name: str, form: Form = "full") -> str:
+    """The committed text of library program `name` in `form`."""
+    if name not in PROGRAMS:
+        raise UsageError(f"no library program {name!r}; known: {', '.join(PROGRAMS)}")
+    return program_path(name, form).read_text()
+
+
+def render_named(name: str, form: Form = "full") -> str:
+    return render(PROGRAMS[name], form=form, name=name)
+
+
+def write_all() -> list[Path]:
+    """Re-render every committed program file; returns the paths written."""
+    written = []
+    for name in PROGRAMS:
+        for form in ("full", "sketch"):
+            path = program_path(name, form)  # type: ignore[arg-type]
+            path.write_text(render_named(name, form))  # type: ignore[arg-type]
+            written.append(path)
+    return written
