@@ -1,0 +1,51 @@
+"""The offline rule-based provider: what a perfect model would answer, written by rules.
+
+Stage 1a renders the library's sketch for the variant, stage 1b the library's full program with
+parameters from `choose_params` (a slow-kernel repair moves to the next candidate), stage 2 runs the
+reference translator on the program the prompt holds. Replies are prose plus fenced blocks, so they
+go through the same extraction, checks and feedback as any model's.
+"""
+
+from __future__ import annotations
+
+from flashgen.agent.environment import Environment
+from flashgen.agent.extract import fenced_blocks
+from flashgen.agent.providers import ModelReply, ModelRequest, ProviderError
+
+
+class ExpertProvider:
+    name = "expert"
+    model = "expert-rules"
+
+    def __init__(self, env: Environment | None = None):
+        self.env = env or Environment()
+
+    def complete(self, request: ModelRequest) -> ModelReply:
+        task = request.task
+        target = self.env.target(task.target)
+        if request.phase == "sketch":
+            tl = self.env.library_tl(task.variant, target, task.dtype, task.head_dim, form="sketch")
+            text = f"The dataflow of {task.variant.name} attention, as a sketch:\n\n```tl\n{tl.rstrip()}\n```\n"
+        elif request.phase == "params":
+            candidates = self.env.choose_params(task.variant, target, task.dtype, task.head_dim)
+            slow_rounds = sum(1 for m in request.messages if m.role == "user" and "slower than the goal" in m.content)
+            params = candidates[min(slow_rounds, len(candidates) - 1)]
+            tl = self.env.library_tl(task.variant, target, task.dtype, task.head_dim, form="full", params=params)
+            chosen = ", ".join(f"{k}={v}" for k, v in params.items())
+            text = f"Full program for {target.marketing_name} with {chosen}:\n\n```tl\n{tl.rstrip()}\n```\n"
+        else:
+            tl = self._program_to_translate(request)
+            source, manifest = self.env.translate(tl, target)
+            text = (f"The translation for {target.arch} / {task.dtype.value}:\n\n```cuda\n{source.rstrip()}\n```\n\n"
+                    f"Launches:\n\n```json\n{manifest.model_dump_json(indent=2)}\n```\n")
+        return ModelReply(text=text, model=self.model, cost_usd=0.0)
+
+    @staticmethod
+    def _program_to_translate(request: ModelRequest) -> str:
+        # The stage-2 prompt is the first user message of the translate conversation; the program
+        # is its last ```tl block (the worked example comes before it).
+        first_user = next((m.content for m in request.messages if m.role == "user"), "")
+        blocks = [b for b in fenced_blocks(first_user) if b.tag == "tl"]
+        if not blocks:
+            raise ProviderError("expert: the translation prompt holds no ```tl program")
+        return blocks[-1].code

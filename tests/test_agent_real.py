@@ -1,0 +1,116 @@
+"""The agent on the real layers: TL parse/check/interpret on the CPU, the reference translator, the
+static check and nvcc. Without a GPU, verification does not run and the outputs say so; the GPU
+tests (pytest -m gpu) verify and time on the device."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from loopback.fakes import make_store  # noqa: E402
+from loopback.server import LoopbackServer  # noqa: E402
+
+from flashgen.agent.environment import Environment  # noqa: E402
+from flashgen.agent.loop import LoopConfig, run_loop  # noqa: E402
+from flashgen.agent.providers import OpenAIProvider, RetryPolicy, ScriptedProvider, Task  # noqa: E402
+from flashgen.variant import DType, Variant  # noqa: E402
+
+CAUSAL = Variant(causal=True)
+MASK = "k_idx <= q_idx + M - N"
+
+
+def _texts(target_name="a100", dtype=DType.fp16, head_dim=64):
+    env = Environment()
+    target = env.target(target_name)
+    params = env.choose_params(CAUSAL, target, dtype, head_dim)[0]
+    sketch = env.library_tl(CAUSAL, target, dtype, head_dim, form="sketch")
+    full = env.library_tl(CAUSAL, target, dtype, head_dim, form="full", params=params)
+    return env, target, sketch, full
+
+
+def test_real_tl_errors_are_repaired_before_any_cuda(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-real-0123456789")
+    env, target, sketch, full = _texts()
+    assert MASK in full
+    broken_syntax = full.replace("Compute GEMM", "Compute GEMMM", 1)
+    wrong_mask = full.replace(MASK, "k_idx < q_idx + M - N")  # drops the diagonal: the interpreter sees it
+    source, manifest = env.translate(full, target)
+    cuda_reply = f"```cuda\n{source}```\n```json\n{manifest.model_dump_json()}\n```"
+    task = Task(variant=CAUSAL, target="a100", arch="sm_80", dtype=DType.fp16, head_dim=64)
+    with LoopbackServer() as server:
+        server.push(f"```tl\n{sketch}```", f"```tl\n{broken_syntax}```", f"```tl\n{wrong_mask}```",
+                    f"```tl\n{full}```", cuda_reply)
+        provider = OpenAIProvider("gpt-4o", base_url=server.openai_base_url, retry=RetryPolicy(base_delay_s=0))
+        result = run_loop(LoopConfig(task=task), provider, env=env, store=make_store(tmp_path))
+        prompts = [seen.body["messages"][-1]["content"] for seen in server.seen]
+    assert result.status == "done", result.reason
+    assert "does not parse" in prompts[2] and "kernel.tl:" in prompts[2]
+    assert "compared with the fp64 reference" in prompts[3] and "rows" in prompts[3]
+    assert "## The program to translate" in prompts[4] and MASK in prompts[4]
+    assert result.best.resources and not result.best.verification.ran
+
+
+def test_expert_generate_without_gpu_writes_everything_and_says_verification_did_not_run(tmp_path):
+    from flashgen.api import generate
+
+    kernel = generate(gpu="a100", dtype="fp16", head_dim=64, causal=True, out=tmp_path / "k", store=make_store(tmp_path))
+    files = sorted(p.name for p in (tmp_path / "k").iterdir())
+    assert files == sorted(["sketch.tl", "kernel.tl", "kernel.cu", "manifest.json", "meta.json", "report.md"])
+    meta = json.loads((tmp_path / "k" / "meta.json").read_text())
+    assert meta["verification"]["ran"] is False and meta["timings"] is None
+    assert meta["roofline"]["time_s"] > 0 and meta["parameters"]["BLOCK_M"] > 0
+    assert "Verification did not run" in kernel.report and kernel.verified is None
+    assert 'extern "C" __global__' in kernel.source and kernel.tl.startswith("# LLM-TL full program")
+
+
+def test_committed_kernels_regenerate_identically(tmp_path):
+    from flashgen.agent import regenerate
+    from flashgen.agent.outputs import FILES
+
+    for entry in [("t4", "fp16", "plain", 64), ("h200", "bf16", "causal", 128)]:
+        rel = regenerate.relative_dir(*entry)
+        committed = regenerate.ROOT / rel
+        if not committed.exists():
+            pytest.fail(f"{committed} is missing: run python -m flashgen.agent.regenerate")
+        regenerate.regenerate(*entry, out=tmp_path / rel, store_home=tmp_path / "store")
+        for name in FILES:
+            assert (tmp_path / rel / name).read_text() == (committed / name).read_text(), f"{rel}/{name} differs"
+
+
+@pytest.mark.gpu
+def test_gpu_expert_kernel_is_verified_and_timed(tmp_path):
+    from flashgen.api import generate
+
+    kernel = generate(gpu="h200", dtype="bf16", head_dim=128, causal=True, out=tmp_path / "k", store=make_store(tmp_path))
+    assert kernel.meta["verification"]["ran"] and kernel.verified, kernel.meta["verification"]
+    assert kernel.meta["timings"]["time_ms"] > 0
+
+
+@pytest.mark.gpu
+def test_gpu_wrong_mask_in_cuda_repaired_after_the_verifier(tmp_path):
+    env, target, sketch, full = _texts("h200", DType.bf16, 128)
+    source, manifest = env.translate(full, target)
+    assert "kpos <= qpos + diag" in source
+    wrong = source.replace("kpos <= qpos + diag", "kpos < qpos + diag")
+    reply = lambda src: f"```cuda\n{src}```\n```json\n{manifest.model_dump_json()}\n```"  # noqa: E731
+    provider = ScriptedProvider([f"```tl\n{sketch}```", f"```tl\n{full}```", reply(wrong), reply(source)])
+    task = Task(variant=CAUSAL, target="h200", arch="sm_90", dtype=DType.bf16, head_dim=128)
+    result = run_loop(LoopConfig(task=task, goal_speedup=0.01), provider, env=env, store=make_store(tmp_path))
+    assert [r.stage for r in provider.requests][3] == "repair_wrong"
+    assert result.status == "done" and result.best.verification.ok
+
+
+@pytest.mark.gpu
+def test_gpu_kernel_call_on_torch_tensors(tmp_path):
+    import torch
+
+    from flashgen.api import generate
+
+    kernel = generate(gpu="h200", dtype="fp16", head_dim=64, causal=True, lse=True, store=make_store(tmp_path))
+    q, k, v = (torch.randn(2, 4, 200, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    o, lse = kernel(q, k, v)
+    want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    assert lse.shape == (2, 4, 200) and torch.allclose(o.float(), want, atol=1e-2, rtol=1e-2)
