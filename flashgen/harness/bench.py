@@ -1,0 +1,354 @@
+"""Benchmarking: CUDA events with an L2 flush before every repetition, warm-up, adaptive repetition,
+median and quartiles, TFLOP/s (4*B*H*N*M*D, halved for causal) and % of the target's roofline,
+with every available baseline timed on the same shapes in the same process.
+
+Not to be fooled by work left running elsewhere: the whole device is synchronized before events
+are read, and the repeated loop is also timed on the host clock with a device synchronize after
+every call; a kernel whose event time is far below that is flagged `undertimed`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, Field
+
+from flashgen.roofline import OpCounts
+from flashgen.variant import DType, Shape, Variant
+
+UNDERTIME_FACTOR = 2.0   # host time per call above this multiple of the event median ...
+UNDERTIME_SLACK_MS = 0.2  # ... plus this much launch/sync overhead is flagged
+
+
+class TimingStats(BaseModel):
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+    min_ms: float
+    mean_ms: float
+    reps: int
+    host_ms_per_call: float | None = Field(default=None, description="host clock, device-synchronized per call")
+    undertimed: bool = False
+    note: str = ""
+
+
+def timing_stats(samples_ms: list[float], host_ms_per_call: float | None = None) -> TimingStats:
+    """Median and quartiles (inclusive method) of the event samples, and the under-timing verdict."""
+    if not samples_ms:
+        raise ValueError("no timing samples")
+    ordered = sorted(samples_ms)
+    if len(ordered) >= 2:
+        q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+    else:
+        q1 = q3 = ordered[0]
+    median = statistics.median(ordered)
+    flagged = host_ms_per_call is not None and is_undertimed(median, host_ms_per_call)
+    note = (f"event time {median:.4g} ms is far below the host-clock {host_ms_per_call:.4g} ms per synchronized call: "
+            "work is running outside the timed stream" if flagged else "")
+    return TimingStats(median_ms=median, q1_ms=q1, q3_ms=q3, min_ms=ordered[0], mean_ms=statistics.fmean(ordered),
+                       reps=len(ordered), host_ms_per_call=host_ms_per_call, undertimed=flagged, note=note)
+
+
+def is_undertimed(event_ms: float, host_ms_per_call: float) -> bool:
+    return host_ms_per_call > UNDERTIME_FACTOR * event_ms + UNDERTIME_SLACK_MS
+
+
+def tflops(shape: Shape, causal: bool, ms: float) -> float:
+    """TFLOP/s by FlashAttention's count: 4*B*H*N*M*D, halved for causal."""
+    if not ms > 0:
+        raise ValueError(f"time must be positive, got {ms!r} ms")
+    return shape.flops(causal) / (ms * 1e-3) / 1e12
+
+
+def attention_counts(shape: Shape, variant: Variant, dtype: DType) -> OpCounts:
+    """Minimal work of one attention call, for the roofline: the FLOP count, one exp per visible score,
+    Q, K, V read once and O (and LSE) written once."""
+    frac = 0.5 if variant.causal else 1.0
+    item = dtype.itemsize
+    reads = (shape.B * shape.H * shape.N * shape.D + 2 * shape.B * shape.kv_heads * shape.M * shape.D) * item
+    writes = shape.B * shape.H * shape.N * shape.D * item + (4 * shape.B * shape.H * shape.N if variant.return_lse else 0)
+    return OpCounts(mma_flops=shape.flops(variant.causal), sfu_ops=frac * shape.B * shape.H * shape.N * shape.M,
+                    bytes={"global_read": float(reads), "global_write": float(writes)})
+
+
+def roofline_percent(shape: Shape, variant: Variant, dtype: DType, target_name: str | None, ms: float) -> float | None:
+    if not target_name:
+        return None
+    try:
+        from flashgen.roofline import estimate, percent_of_roofline
+        from flashgen.targets import get_target
+
+        est = estimate(attention_counts(shape, variant, dtype), get_target(target_name), dtype)
+        return percent_of_roofline(ms * 1e-3, est)
+    except Exception:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing on the GPU
+# ---------------------------------------------------------------------------------------------
+
+def time_callable(fn: Callable[[], Any], *, stream=None, l2_bytes: int | None = None, min_time_s: float = 0.2,
+                  min_reps: int = 10, max_reps: int = 1000, warmup: int = 3, host_reps: int = 20) -> TimingStats:
+    """Time `fn` (which enqueues GPU work on `stream`) with CUDA events around each call and an L2
+    flush (a write of 2x the L2 size) before each; repeat until min_time_s of kernel time or max_reps.
+    Then time `host_reps` calls on the host clock with a device synchronize after each."""
+    from flashgen.harness.worker import _cupy
+
+    cp = _cupy()
+    stream = stream or cp.cuda.get_current_stream()
+    if l2_bytes is None:
+        l2_bytes = int(cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id).get("l2CacheSize", 64 << 20))
+    flush = cp.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=cp.uint32)
+    sync = cp.cuda.runtime.deviceSynchronize
+    with stream:
+        for _ in range(warmup):
+            fn()
+        sync()
+        events: list[tuple[Any, Any]] = []
+        total_ms, reps = 0.0, 0
+        while reps < max_reps and (reps < min_reps or total_ms < min_time_s * 1e3):
+            batch = []
+            for _ in range(min(10, max_reps - reps)):
+                flush.fill(reps)
+                start, end = cp.cuda.Event(), cp.cuda.Event()
+                start.record(stream)
+                fn()
+                end.record(stream)
+                batch.append((start, end))
+            sync()  # the whole device, not just this stream
+            for start, end in batch:
+                total_ms += cp.cuda.get_elapsed_time(start, end)
+            events += batch
+            reps += len(batch)
+        samples = [cp.cuda.get_elapsed_time(s, e) for s, e in events]
+        sync()
+        n_host = max(1, min(host_reps, reps))
+        t0 = time.perf_counter()
+        for _ in range(n_host):
+            fn()
+            sync()
+        host_ms = (time.perf_counter() - t0) * 1e3 / n_host
+    del flush
+    return timing_stats(samples, host_ms)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reports
+# ---------------------------------------------------------------------------------------------
+
+class BenchEntry(BaseModel):
+    name: str = Field(description="our kernel's manifest name, or a baseline (sdpa_flash, sdpa_efficient, sdpa_cudnn, flex)")
+    kind: str = Field(description="kernel | baseline")
+    dtype: str
+    variant: str
+    shape: Shape
+    ok: bool
+    skipped: str | None = None
+    error: str | None = None
+    stats: TimingStats | None = None
+    tflops: float | None = None
+    roofline_pct: float | None = None
+
+
+class BenchReport(BaseModel):
+    env: dict[str, Any] = Field(default_factory=dict)
+    target: str | None = None
+    created: str = Field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    entries: list[BenchEntry] = Field(default_factory=list)
+    compile: dict[str, Any] = Field(default_factory=dict, description="per kernel: compile feedback and resources")
+
+    def groups(self) -> dict[tuple[str, str, str], list[BenchEntry]]:
+        """Entries keyed by (dtype, variant, shape text), ours first."""
+        out: dict[tuple[str, str, str], list[BenchEntry]] = {}
+        for e in self.entries:
+            out.setdefault((e.dtype, e.variant, shape_text(e.shape)), []).append(e)
+        return out
+
+
+def shape_text(s: Shape) -> str:
+    kvh = f",KVH={s.kv_heads}" if s.kv_heads != s.H else ""
+    return f"B={s.B},H={s.H}{kvh},N={s.N},M={s.M},D={s.D}"
+
+
+def parse_shapes(text: str) -> list[Shape]:
+    """'B=8,H=16,N=2048,M=2048,D=128;B=...' -> shapes (M defaults to N)."""
+    shapes = []
+    for item in filter(None, (p.strip() for p in text.split(";"))):
+        if "M=" not in item.replace(" ", ""):
+            n = re.search(r"N\s*=\s*(\d+)", item)
+            if n:
+                item += f",M={n.group(1)}"
+        shapes.append(Shape.parse(item))
+    if not shapes:
+        raise ValueError("no shapes given")
+    return shapes
+
+
+def fa2_suite() -> list[tuple[DType, Variant, Shape]]:
+    """FlashAttention-2's benchmark grid: fp16/bf16 x D 64/128 x causal or not x N = M in
+    {512 .. 16k}, B*N = 16k tokens, H*D = 2048."""
+    out = []
+    for dtype in (DType.fp16, DType.bf16):
+        for d in (64, 128):
+            for causal in (False, True):
+                for n in (512, 1024, 2048, 4096, 8192, 16384):
+                    out.append((dtype, Variant(causal=causal), Shape(B=16384 // n, H=2048 // d, N=n, M=n, D=d)))
+    return out
+
+
+def default_output_path(env: dict[str, Any], name: str, root: str | Path = "benchmarks/results") -> Path:
+    gpu = re.sub(r"[^A-Za-z0-9]+", "-", str(env.get("gpu") or "nogpu")).strip("-").lower()
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "bench"
+    return Path(root) / f"{_dt.date.today().isoformat()}-{gpu}-{safe}.json"
+
+
+# ---------------------------------------------------------------------------------------------
+# The core entry point
+# ---------------------------------------------------------------------------------------------
+
+def _random_device(cp, shape: tuple[int, ...], dtype: DType, seed: int):
+    rng = cp.random.default_rng(seed)
+    x = rng.standard_normal(shape, dtype=cp.float32)
+    if dtype is DType.fp16:
+        return x.astype(cp.float16)
+    if dtype is DType.fp32:
+        return x
+    u = x.view(cp.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)  # bf16 words, round to nearest even
+
+
+def _as_torch(x, dtype: DType):
+    import torch
+
+    t = torch.from_dlpack(x)
+    return t.view(torch.bfloat16) if dtype is DType.bf16 else t
+
+
+def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, min_time_s: float = 0.2,
+                  seed: int = 0) -> BenchReport:
+    """Time each kernel (worker.KernelInput, or (source | cubin path, manifest) pairs) on each shape,
+    and every baseline on the same (dtype, variant, shape) once. Needs a GPU; runs in-process (the
+    worker calls it). A shape whose D differs from a kernel's head_dim is skipped for that kernel."""
+    from flashgen.harness.worker import (KernelInput, _cupy, environment_info, ensure_compiled, load_kernel,
+                                         prepare_launch, runnable_arch)
+
+    cp = _cupy()
+    env = environment_info()
+    target = _target_name(env.get("gpu"))
+    report = BenchReport(env=env, target=target)
+    inputs = [k if isinstance(k, KernelInput) else _kernel_input(k) for k in kernels]
+    stream = cp.cuda.Stream(non_blocking=True)
+    l2 = int(env.get("l2_bytes") or 64 << 20)
+    baseline_done: set[tuple[str, str, str]] = set()
+    for kernel in inputs:
+        man = kernel.manifest
+        try:
+            info, cubin = ensure_compiled(kernel, runnable_arch(man))
+            report.compile[man.name] = info.model_dump(exclude={"log"})
+            loaded = load_kernel(cubin, man)
+        except Exception as exc:
+            report.compile[man.name] = {"ok": False, "error": str(exc)}
+            for shape in shapes:
+                report.entries.append(BenchEntry(name=man.name, kind="kernel", dtype=man.dtype.value,
+                                                 variant=man.variant.name, shape=shape, ok=False, error=str(exc)))
+            continue
+        for shape in shapes:
+            if shape.D != man.head_dim:
+                report.entries.append(BenchEntry(name=man.name, kind="kernel", dtype=man.dtype.value,
+                                                 variant=man.variant.name, shape=shape, ok=False,
+                                                 skipped=f"kernel is built for D={man.head_dim}"))
+                continue
+            if man.variant.kv_group > 1 and shape.KVH is None:
+                shape = shape.model_copy(update={"KVH": max(1, shape.H // man.variant.kv_group)})
+            scale = 1.0 / math.sqrt(shape.D)
+            q = _random_device(cp, (shape.B, shape.H, shape.N, shape.D), man.dtype, seed)
+            k = _random_device(cp, (shape.B, shape.kv_heads, shape.M, shape.D), man.dtype, seed + 1)
+            v = _random_device(cp, (shape.B, shape.kv_heads, shape.M, shape.D), man.dtype, seed + 2)
+            o = cp.empty_like(q)
+            lse = cp.empty((shape.B, shape.H, shape.N), dtype=cp.float32) if man.variant.return_lse else None
+            entry = BenchEntry(name=man.name, kind="kernel", dtype=man.dtype.value, variant=man.variant.name,
+                               shape=shape, ok=False)
+            try:
+                run = prepare_launch(man, loaded, q, k, v, o, lse=lse, stream=stream, step=f"bench {shape_text(shape)}")
+                entry.stats = time_callable(run, stream=stream, l2_bytes=l2, min_time_s=min_time_s)
+                entry.ok = True
+                entry.tflops = tflops(shape, man.variant.causal, entry.stats.median_ms)
+                entry.roofline_pct = roofline_percent(shape, man.variant, man.dtype, target, entry.stats.median_ms)
+            except Exception as exc:
+                from flashgen.harness.worker import is_sticky_cuda_error
+
+                if is_sticky_cuda_error(exc):
+                    raise
+                entry.error = str(exc)
+            report.entries.append(entry)
+            key = (man.dtype.value, man.variant.name, shape_text(shape))
+            if baselines and key not in baseline_done:
+                baseline_done.add(key)
+                report.entries += _bench_baselines(man.variant, man.dtype, shape, q, k, v, scale, stream, l2,
+                                                   min_time_s, target)
+            del q, k, v, o, lse
+    return report
+
+
+def _bench_baselines(variant: Variant, dtype: DType, shape: Shape, q, k, v, scale: float, stream, l2: int,
+                     min_time_s: float, target: str | None) -> list[BenchEntry]:
+    from flashgen.harness.baselines import BASELINE_NAMES, make_baselines
+
+    entries = []
+    try:
+        import torch
+
+        tq, tk, tv = (_as_torch(x, dtype) for x in (q, k, v))
+        torch_stream = torch.cuda.ExternalStream(stream.ptr)
+    except Exception as exc:
+        return [BenchEntry(name=n, kind="baseline", dtype=dtype.value, variant=variant.name, shape=shape, ok=False,
+                           skipped=f"torch not usable: {exc}") for n in BASELINE_NAMES]
+    with torch.cuda.stream(torch_stream):
+        made = make_baselines(variant, tq, tk, tv, scale)
+        for name, fn, reason in made:
+            entry = BenchEntry(name=name, kind="baseline", dtype=dtype.value, variant=variant.name, shape=shape,
+                               ok=False, skipped=reason)
+            if fn is not None:
+                try:
+                    entry.stats = time_callable(fn, stream=stream, l2_bytes=l2, min_time_s=min_time_s)
+                    entry.ok = True
+                    entry.tflops = tflops(shape, variant.causal, entry.stats.median_ms)
+                    entry.roofline_pct = roofline_percent(shape, variant, dtype, target, entry.stats.median_ms)
+                except Exception as exc:
+                    entry.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            entries.append(entry)
+    return entries
+
+
+def _kernel_input(pair):
+    from flashgen.harness.worker import KernelInput
+
+    src, manifest = pair
+    text = str(src)
+    if text.endswith(".cubin") and Path(text).exists():
+        return KernelInput(manifest=manifest, cubin_path=text)
+    return KernelInput(manifest=manifest, source=text)
+
+
+def _target_name(gpu: str | None) -> str | None:
+    if not gpu:
+        return None
+    try:
+        from flashgen.targets import get_target
+
+        for candidate in (gpu.lower(), gpu.lower().removeprefix("nvidia ").strip(),
+                          *re.findall(r"[a-z]?\d{2,4}[a-z]*", gpu.lower())):
+            try:
+                return get_target(candidate).name
+            except Exception:
+                continue
+    except Exception:
+        return None
+    return None

@@ -1,0 +1,52 @@
+import math
+
+import pytest
+
+from flashgen.harness.bench import (attention_counts, fa2_suite, is_undertimed, parse_shapes, roofline_percent,
+                                    tflops, timing_stats)
+from flashgen.variant import DType, Shape, Variant
+
+
+def test_median_and_quartiles():
+    stats = timing_stats([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (stats.median_ms, stats.q1_ms, stats.q3_ms, stats.min_ms) == (3.0, 2.0, 4.0, 1.0)
+    assert stats.reps == 5 and math.isclose(stats.mean_ms, 3.0)
+    even = timing_stats([1.0, 2.0, 3.0, 10.0])
+    assert even.median_ms == 2.5 and math.isclose(even.q1_ms, 1.75) and math.isclose(even.q3_ms, 4.75)
+    with pytest.raises(ValueError):
+        timing_stats([])
+
+
+def test_tflops_arithmetic():
+    shape = Shape(B=8, H=16, N=2048, M=2048, D=128)
+    flops = 4 * 8 * 16 * 2048 * 2048 * 128
+    assert math.isclose(tflops(shape, False, 1.0), flops / 1e-3 / 1e12)
+    assert math.isclose(tflops(shape, True, 1.0), flops / 2 / 1e-3 / 1e12)
+    with pytest.raises(ValueError):
+        tflops(shape, False, 0.0)
+
+
+def test_undertiming_flag():
+    assert not timing_stats([1.0, 1.0], host_ms_per_call=1.05).undertimed  # launch + sync overhead is fine
+    assert not is_undertimed(0.01, 0.15)  # a tiny kernel's host time is mostly overhead
+    flagged = timing_stats([0.01, 0.01], host_ms_per_call=5.0)
+    assert flagged.undertimed and "outside the timed stream" in flagged.note
+
+
+def test_shapes_and_suite():
+    shapes = parse_shapes("B=8,H=16,N=2048,M=1024,D=128; B=2,H=4,N=100,D=64")
+    assert shapes[0].M == 1024 and shapes[1].M == 100
+    with pytest.raises(ValueError):
+        parse_shapes("B=1,H=x")
+    suite = fa2_suite()
+    assert len(suite) == 2 * 2 * 2 * 6
+    assert all(s.B * s.N == 16384 and s.H * s.D == 2048 and s.N == s.M for _, _, s in suite)
+
+
+def test_roofline_percent_uses_the_target():
+    shape = Shape(B=4, H=16, N=4096, M=4096, D=128)
+    counts = attention_counts(shape, Variant(causal=True), DType.bf16)
+    assert counts.mma_flops == shape.flops(True)
+    pct = roofline_percent(shape, Variant(causal=True), DType.bf16, "h100", 1.0)
+    assert pct is not None and 0 < pct < 100
+    assert roofline_percent(shape, Variant(), DType.bf16, None, 1.0) is None
