@@ -157,7 +157,7 @@ class _Run:
             op = expr.op
             if op in ("//", "%") and isinstance(b, (int, float)) and b == 0:
                 raise self.error(expr, "integer division by zero")
-            return _BINARY[op](a, b)
+            return BINARY_OPS[op](a, b)
         if isinstance(expr, ast.Call):
             return self._call(expr, rank, node, coords)
         raise self.error(node, f"not an expression: {type(expr).__name__}")
@@ -206,7 +206,7 @@ class _Run:
         args = [self.eval(a, rank, node, coords) for a in expr.args]
         if f == "cdiv":
             return -(-args[0] // args[1])
-        return _FUNCS[f](*args)
+        return FUNCTIONS[f](*args)
 
     # ------------------------------------------------------------------ kernels
     def run_kernel(self, kernel: ast.Kernel) -> None:
@@ -536,7 +536,7 @@ def _safe_div(a: Any, b: Any) -> Any:
         return np.true_divide(a, b)
 
 
-_BINARY = {
+BINARY_OPS = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _safe_div,
     "//": lambda a, b: np.floor_divide(a, b), "%": lambda a, b: np.mod(a, b),
     "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
@@ -549,7 +549,7 @@ def _sigmoid(x: Any) -> Any:
         return 1.0 / (1.0 + np.exp(-x))
 
 
-_FUNCS = {
+FUNCTIONS = {
     "where": lambda c, a, b: np.where(c, a, b), "max": np.maximum, "min": np.minimum, "exp": np.exp,
     "exp2": np.exp2, "log": np.log, "log2": np.log2, "tanh": np.tanh, "abs": np.abs,
     "relu": lambda x: np.maximum(x, 0.0), "sigmoid": _sigmoid, "sqrt": np.sqrt,

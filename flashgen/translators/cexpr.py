@@ -72,7 +72,7 @@ def _tables() -> tuple[dict, dict]:
     # the interpreter's operator and function tables: one definition of what each TL operator means
     from flashgen.tl_spec import interpreter
 
-    return interpreter._BINARY, interpreter._FUNCS
+    return interpreter.BINARY_OPS, interpreter.FUNCTIONS
 
 
 def evaluate(expr: Any, values: dict[str, Any]) -> Any:
