@@ -51,6 +51,11 @@ class KernelManifest(BaseModel):
     workspace_floats: str = Field(default="0", description="fp32 workspace size, an expression like the grid's")
     num_splits: str = Field(default="1", description="split-KV chunk count, an expression over the sizes")
     params: dict[str, int | str] = Field(default_factory=dict, description="tile parameters, for the record")
+    reference_tl: str | None = Field(
+        default=None,
+        description="a full TL program whose fp64 interpretation is the reference, for kernels that compute "
+        "something `variant` does not describe (a custom mask or score function); None: flashgen.reference",
+    )
     notes: str = ""
 
 

@@ -411,7 +411,7 @@ def verify_kernel(kernel, cases: list[CheckCase] | None = None, seed: int | None
                 names = ", ".join(lc.kernel for lc in manifest.launches)
                 raise KernelRunError(f"CUDA error: {exc} in kernel {names} during {step}") from None
             o, o_unw, lse, lse_unw = dev.outputs()
-            o_ref, lse_ref = attention(*(from_dtype_bits(x, dtype) for x in (q_bits, k_bits, v_bits)), variant)
+            o_ref, lse_ref = reference_outputs(manifest, *(from_dtype_bits(x, dtype) for x in (q_bits, k_bits, v_bits)))
             check = compare_outputs(o, o_ref, dtype, variant, case.shape.M, o_unwritten=o_unw,
                                     lse=lse if variant.return_lse else None,
                                     lse_ref=lse_ref if variant.return_lse else None,
@@ -432,6 +432,21 @@ def verify_kernel(kernel, cases: list[CheckCase] | None = None, seed: int | None
                           dtype=dtype.value, variant=variant.name, seed=base_seed, cases=results)
     report.summary = summarize(report, skipped=len(cases) - len(results))
     return report
+
+
+def reference_outputs(manifest: KernelManifest, q: np.ndarray, k: np.ndarray, v: np.ndarray):
+    """The fp64 (O, LSE) a kernel must match: flashgen.reference for its Variant or, for a kernel whose
+    manifest carries the TL it was translated from (a custom mask or score function), that TL's own
+    fp64 interpretation on the same inputs."""
+    if manifest.reference_tl is None:
+        return attention(q, k, v, manifest.variant)
+    from flashgen.tl_spec import interpret, parse
+
+    program = parse(manifest.reference_tl, filename=f"<{manifest.name} reference TL>")
+    b, h, n, d = q.shape
+    shape = Shape(B=b, H=h, N=n, M=k.shape[2], D=d, KVH=k.shape[1])
+    outputs = interpret(program, shape, inputs={"Q": q, "K": k, "V": v}).outputs
+    return outputs["O"], outputs.get("LSE")
 
 
 def _int_param(manifest: KernelManifest, name: str) -> int | None:

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 from flashgen.abi import KernelManifest
 from flashgen.errors import UsageError
 from flashgen.tl_spec import ast
-from flashgen.tl_spec.printer import format_expr
+from flashgen.tl_spec.printer import format_expr, format_program
 from flashgen.translators.cexpr import (
     CEnv,
     CExprError,
@@ -58,7 +58,7 @@ from flashgen.translators.plan import (
     ScoreMod,
     expression_names,
 )
-from flashgen.variant import Norm
+from flashgen.variant import Norm, Shape
 
 LOG2E = ast.CONSTANTS["log2e"]
 _REL_TOL = 1e-9
@@ -1197,9 +1197,28 @@ def translate(program: ast.Program, target: Any, *, name: str | None = None, fas
         source, manifest = render(plan)
     except UsageError as exc:
         raise UnsupportedConstruct(f"{exc}") from None
+    if not computes_declared_variant(program):
+        manifest.reference_tl = format_program(program)
+        notes.append("the TL computes something its Variant line does not describe: the kernel is verified "
+                     "against the TL's own fp64 interpretation")
     if notes:
         manifest.notes = "; ".join(filter(None, [manifest.notes, *notes]))
     return Translation(source=source, manifest=manifest, plan=plan, notes=notes)
+
+
+def computes_declared_variant(program: ast.Program) -> bool:
+    """Whether the program's fp64 interpretation matches flashgen.reference for its declared Variant,
+    on two small shapes (N < M and N > M, with GQA where declared): a custom mask or score function
+    written in TL does not, and then the TL itself is the reference."""
+    from flashgen.tl_spec import compare
+
+    assert program.variant is not None and program.target is not None
+    group = program.variant.kv_group
+    for n, m in ((37, 53), (53, 37)):
+        shape = Shape(B=1, H=2 * group, KVH=2, N=n, M=m, D=program.target.head_dim)
+        if not compare(program, shape, seed=n).rel_err < 1e-9:
+            return False
+    return True
 
 
 def manifest_for(program: ast.Program, target: Any, *, name: str | None = None) -> KernelManifest:
