@@ -44,7 +44,7 @@ def test_anthropic_500_then_success_system_prompt_separate(monkeypatch):
     slept: list[float] = []
     with LoopbackServer() as server:
         server.push(Scripted(status=500), Scripted(status=503), Scripted(text="```tl\nx\n```"))
-        provider = AnthropicProvider("claude-sonnet-4-5", base_url=server.anthropic_base_url, retry=FAST,
+        provider = AnthropicProvider("claude-sonnet-4-6", base_url=server.anthropic_base_url, retry=FAST,
                                      sleep=slept.append)
         reply = provider.complete(request())
     assert reply.attempts == 3 and len(slept) == 2 and reply.text == "```tl\nx\n```"

@@ -275,7 +275,7 @@ class OpenAIProvider:
 
 
 class AnthropicProvider:
-    def __init__(self, model: str = "claude-sonnet-4-5", *, base_url: str | None = None, api_key: str | None = None,
+    def __init__(self, model: str = "claude-sonnet-4-6", *, base_url: str | None = None, api_key: str | None = None,
                  retry: RetryPolicy | None = None, max_output_tokens: int = 8192, temperature: float | None = None,
                  sleep: Callable[[float], None] = time.sleep):
         sdk = _import_sdk("anthropic")
@@ -345,7 +345,7 @@ def make_provider(name: str, model: str | None = None, base_url: str | None = No
     if name == "openai":
         return OpenAIProvider(model or "gpt-4.1", base_url=base_url, **kwargs)
     if name == "anthropic":
-        return AnthropicProvider(model or "claude-sonnet-4-5", base_url=base_url, **kwargs)
+        return AnthropicProvider(model or "claude-sonnet-4-6", base_url=base_url, **kwargs)
     if name == "openai-compatible":
         base_url = base_url or os.environ.get("OPENAI_COMPATIBLE_BASE_URL")
         if not base_url:
