@@ -1,0 +1,164 @@
+// The two warp-level GEMMs of attention, per input type. A warp owns MT 16-row tiles of the query block
+// (rows row0 .. row0 + 16*MT), all BN keys of the current key tile and all D output columns.
+//   qk: S[MT][BN/8] (+)= Q[rows, :] K[tile, :]^T       (K is stored [key][d]: the "col" operand as is)
+//   pv: O[MT][D/8] += P V[tile, :]                       (P = the S accumulator, kept in registers)
+#pragma once
+#include "flashgen/mma.cuh"
+
+namespace fg {
+namespace warp {
+
+// fp16 / bf16: ldmatrix.x4 fragments, m16n8k16 (two m16n8k8 on Turing). P goes from C-fragment to
+// A-fragment layout in registers: the accumulator pair (g, 2t..2t+1) is exactly A's (g, 2t..2t+1).
+template <typename T, int MT, int D, int BN, bool Q_IN_REGS, int QROWS>
+struct attn_mma16 {
+  using QL = st_layout<QROWS, D, 2>;
+  using KL = st_layout<BN, D, 2>;
+  static constexpr int KSTEPS = D / 16;
+  uint32_t q[Q_IN_REGS ? MT : 1][Q_IN_REGS ? KSTEPS : 1][4];
+
+  __device__ __forceinline__ static void load_q_frag(uint32_t (&a)[4], const T* sQ, int row0, int kk, int lane) {
+    const int mi = lane >> 3;
+    ldsm_x4(a, sQ + QL::chunk_offset(row0 + (mi & 1) * 8 + (lane & 7), kk * 2 + (mi >> 1)));
+  }
+
+  __device__ __forceinline__ void load_q(const T* sQ, int row0, int lane) {
+    if constexpr (Q_IN_REGS) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk) load_q_frag(q[mt][kk], sQ, row0 + mt * 16, kk, lane);
+    }
+  }
+
+  __device__ __forceinline__ void qk(float (&s)[MT][BN / 8][4], const T* sQ, const T* sK, int row0, int lane) const {
+    const int mi = lane >> 3;
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (Q_IN_REGS) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[mt][i] = q[mt][kk][i];
+        } else {
+          load_q_frag(a[mt], sQ, row0 + mt * 16, kk, lane);
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < BN / 16; ++np) {
+        uint32_t b[4];
+        ldsm_x4(b, sK + KL::chunk_offset(np * 16 + (mi >> 1) * 8 + (lane & 7), kk * 2 + (mi & 1)));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(s[mt][2 * np], a[mt], b[0], b[1]);
+          mma_16816<T>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ static void pv(float (&o)[MT][D / 8][4], const float (&p)[MT][BN / 8][4], const T* sV,
+                                            int lane) {
+    const int mi = lane >> 3;
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        a[mt][0] = pack2<T>(p[mt][2 * kk][0], p[mt][2 * kk][1]);
+        a[mt][1] = pack2<T>(p[mt][2 * kk][2], p[mt][2 * kk][3]);
+        a[mt][2] = pack2<T>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
+        a[mt][3] = pack2<T>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        ldsm_x4_trans(b, sV + KL::chunk_offset(kk * 16 + (mi & 1) * 8 + (lane & 7), dp * 2 + (mi >> 1)));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(o[mt][2 * dp], a[mt], b[0], b[1]);
+          mma_16816<T>(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+};
+
+#if FG_ARCH >= 80
+// fp32 inputs through tf32 m16n8k8 (10-bit mantissa products, fp32 accumulation). Fragments are read with
+// scalar shared loads: ldmatrix cannot transpose 32-bit elements. For P V the k index is relabelled
+// (k = t <-> key 2t, k = t+4 <-> key 2t+1) so that P's accumulator registers are A's registers as they are.
+template <int MT, int D, int BN, bool Q_IN_REGS, int QROWS>
+struct attn_mma_tf32 {
+  using QL = st_layout<QROWS, D, 4>;
+  using KL = st_layout<BN, D, 4>;
+  static constexpr int KSTEPS = D / 8;
+  uint32_t q[Q_IN_REGS ? MT : 1][Q_IN_REGS ? KSTEPS : 1][4];
+
+  __device__ __forceinline__ static void load_q_frag(uint32_t (&a)[4], const float* sQ, int row0, int kk, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    a[0] = to_tf32(sQ[QL::offset(row0 + g, kk * 8 + t)]);
+    a[1] = to_tf32(sQ[QL::offset(row0 + g + 8, kk * 8 + t)]);
+    a[2] = to_tf32(sQ[QL::offset(row0 + g, kk * 8 + t + 4)]);
+    a[3] = to_tf32(sQ[QL::offset(row0 + g + 8, kk * 8 + t + 4)]);
+  }
+  __device__ __forceinline__ void load_q(const float* sQ, int row0, int lane) {
+    if constexpr (Q_IN_REGS) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk) load_q_frag(q[mt][kk], sQ, row0 + mt * 16, kk, lane);
+    }
+  }
+  __device__ __forceinline__ void qk(float (&s)[MT][BN / 8][4], const float* sQ, const float* sK, int row0,
+                                     int lane) const {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (Q_IN_REGS) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) a[mt][i] = q[mt][kk][i];
+        } else {
+          load_q_frag(a[mt], sQ, row0 + mt * 16, kk, lane);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt) {
+        const uint32_t b0 = to_tf32(sK[KL::offset(nt * 8 + g, kk * 8 + t)]);
+        const uint32_t b1 = to_tf32(sK[KL::offset(nt * 8 + g, kk * 8 + t + 4)]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) mma_1688_tf32(s[mt][nt], a[mt], b0, b1);
+      }
+    }
+  }
+  __device__ __forceinline__ static void pv(float (&o)[MT][D / 8][4], const float (&p)[MT][BN / 8][4],
+                                            const float* sV, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        a[mt][0] = to_tf32(p[mt][nt][0]);
+        a[mt][1] = to_tf32(p[mt][nt][2]);
+        a[mt][2] = to_tf32(p[mt][nt][1]);
+        a[mt][3] = to_tf32(p[mt][nt][3]);
+      }
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        const uint32_t b0 = to_tf32(sV[KL::offset(nt * 8 + 2 * t, dt * 8 + g)]);
+        const uint32_t b1 = to_tf32(sV[KL::offset(nt * 8 + 2 * t + 1, dt * 8 + g)]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) mma_1688_tf32(o[mt][dt], a[mt], b0, b1);
+      }
+    }
+  }
+};
+#endif
+
+}  // namespace warp
+}  // namespace fg

@@ -1,0 +1,76 @@
+// flashgen primitive library: element types, register packing, shared-memory tile layouts.
+// Naming follows ThunderKittens: st_* = shared tile, rt_* = register fragments, ops grouped by the unit
+// that runs them (fg::warp::*, fg::block::*). Headers per arch (sm80.cuh, sm75.cuh) add the loads and MMAs.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <type_traits>
+
+namespace fg {
+
+using f16 = __half;
+using bf16 = __nv_bfloat16;
+using f32 = float;
+
+// Two fp32 values -> one 32-bit register holding the pair in T (low half = first value).
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<f16>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <> __device__ __forceinline__ uint32_t pack2<bf16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ f16 from_f32<f16>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ bf16 from_f32<bf16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ f32 from_f32<f32>(float x) { return x; }
+
+// 2^x on the SFU (ex2.approx: 2 ulp, -inf -> +0): the online softmax's only transcendental.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// Shared tile layout, ROWS x COLS elements of ELEM_BYTES, addressed in 16-byte chunks.
+// When a row holds a multiple of 8 chunks (128 bytes), chunk c of row r lives at c ^ (r & 7): the 8 rows an
+// ldmatrix phase reads (same logical chunk) land in 8 distinct bank groups. Otherwise (D = 96 in 16-bit) the
+// row is padded by one chunk, giving an odd chunk stride, which is conflict-free for the same reason.
+template <int ROWS, int COLS, int ELEM_BYTES>
+struct st_layout {
+  static constexpr int CHUNK_ELEMS = 16 / ELEM_BYTES;
+  static constexpr int CHUNKS = COLS / CHUNK_ELEMS;
+  static constexpr bool XOR = CHUNKS % 8 == 0;
+  static constexpr int ROW_ELEMS = XOR ? COLS : COLS + CHUNK_ELEMS;
+  static constexpr int ELEMS = ROWS * ROW_ELEMS;
+  static constexpr int BYTES = ELEMS * ELEM_BYTES;
+  static_assert(COLS % CHUNK_ELEMS == 0, "tile width must be whole 16-byte chunks");
+  __device__ __forceinline__ static int chunk_offset(int row, int chunk) {
+    return row * ROW_ELEMS + (XOR ? (chunk ^ (row & 7)) : chunk) * CHUNK_ELEMS;
+  }
+  __device__ __forceinline__ static int offset(int row, int col) {
+    return chunk_offset(row, col / CHUNK_ELEMS) + col % CHUNK_ELEMS;
+  }
+};
+
+namespace warp {
+// Sum / max across the 4 threads of a quad (the threads sharing one accumulator row).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+}  // namespace warp
+
+}  // namespace fg

@@ -1,0 +1,246 @@
+"""KernelPlan: everything the CUDA renderer needs to emit one attention forward kernel.
+
+A plan is the meeting point of two producers and one consumer:
+- `flashgen.translators.lower` turns a full TL program into a plan (the paper's translation step);
+- `plan_for_variant` below builds the same plan directly from a `Variant` (the rule-based path,
+  used by tests and benchmarks, and reusable by `lower` for the expression pieces);
+- `flashgen.translators.render.render(plan)` turns a plan into CUDA source + KernelManifest.
+
+The elementwise pieces are C expressions evaluated inside the kernel. The names they may use are
+fixed (see `EXPR_NAMES`); anything else must be a literal or be defined by a `Prologue` entry.
+
+Names visible to expressions (all `int` unless said otherwise):
+  s          float: the current score of one (query row, key column) element. Score modifications see
+             it already multiplied by p.scale; each modification's expression is the *new* value of s.
+  qpos       absolute query row index, 0 <= qpos < seqlen_q (the row in Q/O, not shifted)
+  kpos       absolute key index, 0 <= kpos < seqlen_k (the row in K/V)
+  diag       seqlen_k - seqlen_q: the bottom-right alignment offset; query row i sits at key
+             position i + diag (flashgen.variant conventions), so causal is `kpos <= qpos + diag`
+  head       query head index;  heads: number of query heads;  kv_head: the K/V head it reads
+  seqlen_q, seqlen_k, batch
+  m_block    query tile index (rows m_block*BLOCK_M ..);  n_block: key tile index (tile-range
+             expressions and `mask_tile` only)
+  BLOCK_M, BLOCK_N    the tile sizes (compile-time constants)
+  plus every name a `Prologue` entry defines (computed once per thread block, before the loop).
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from flashgen.errors import UsageError
+from flashgen.variant import DType, Norm, Variant
+
+Arch = Literal["sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
+ARCHES: tuple[str, ...] = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
+SUPPORTED_HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 256)
+
+EXPR_NAMES = frozenset({
+    "s", "qpos", "kpos", "diag", "head", "heads", "kv_head", "seqlen_q", "seqlen_k", "batch",
+    "m_block", "n_block", "BLOCK_M", "BLOCK_N",
+})
+# C functions and keywords an expression may call or contain besides names.
+C_BUILTINS = frozenset({
+    "fmaxf", "fminf", "fabsf", "expf", "exp2f", "__expf", "__exp2f", "logf", "log2f", "__logf", "tanhf",
+    "sqrtf", "rsqrtf", "min", "max", "abs", "float", "int", "true", "false", "INFINITY",
+})
+
+
+class ScoreMod(BaseModel):
+    """One elementwise change of the fp32 score, applied in list order after scaling by p.scale."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="what it is, for comments in the generated source: 'softcap', 'alibi'")
+    expr: str = Field(description="C float expression giving the new s, e.g. '30.0f * tanhf(s * (1.0f / 30.0f))'")
+    uses_positions: bool = Field(description="True when expr reads qpos/kpos/diag (the kernel then computes them "
+                                 "for every element of every tile, not only on boundary tiles)")
+
+
+class Prologue(BaseModel):
+    """A per-block constant the expressions need, e.g. the ALiBi slope of this head."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ctype: Literal["float", "int"]
+    name: str = Field(pattern=r"^[A-Za-z_]\w*$")
+    expr: str = Field(description="C expression over head, heads, seqlen_q, seqlen_k, batch, diag")
+
+
+class NormKind(str, Enum):
+    softmax = "softmax"   # online softmax, exp2 with log2(e) folded into the scale, running max/sum rescale
+    relu = "relu"         # p = p_expr, no running statistics, no final division
+    sigmoid = "sigmoid"   # p = p_expr, likewise
+
+
+class Normalization(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: NormKind
+    p_expr: str | None = Field(default=None, description="C float expression of s giving p for relu/sigmoid "
+                               "(invisible keys get p = 0 regardless); None for softmax, whose p is exp2-based")
+
+    @model_validator(mode="after")
+    def _p_expr_matches_kind(self) -> "Normalization":
+        if (self.kind is NormKind.softmax) != (self.p_expr is None):
+            raise ValueError("p_expr is required for relu/sigmoid and must be None for softmax")
+        return self
+
+
+class KernelPlan(BaseModel):
+    """One forward attention kernel (plus the split-KV combine kernel when variant.split_kv)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z_]\w*$", description="entry symbol prefix; the split-KV combine "
+                      "kernel is NAME_combine")
+    arch: Arch = Field(description="target compute capability; sm_86/89/90 use the sm_80 code path")
+    dtype: DType = Field(description="element type of Q, K, V and O")
+    head_dim: int = Field(description="D, one of SUPPORTED_HEAD_DIMS")
+    block_m: int = Field(description="query rows per thread block (16 * warps * rows-tiles-per-warp)")
+    block_n: int = Field(description="keys per inner-loop tile (multiple of 16)")
+    warps: int = Field(ge=1, le=16, description="warps per block, each owning block_m / warps query rows")
+    stages: int = Field(ge=1, le=3, description="K/V pipeline depth: 1 = FA2 interleave (V(n) in flight during "
+                        "QK^T, K(n-1) during softmax+PV); 2 = K and V each double-buffered")
+    variant: Variant = Field(description="the function this kernel implements")
+    score_mods: list[ScoreMod] = Field(default_factory=list, description="applied to s in order")
+    prologue: list[Prologue] = Field(default_factory=list, description="per-block constants for the expressions")
+    visible: str | None = Field(default=None, description="C bool expression: key kpos is visible to query qpos; "
+                                "None = all keys visible. Keys >= seqlen_k are always masked by the kernel")
+    norm: Normalization
+    write_lse: bool = Field(description="write the natural-log LSE (fp32) of each row to p.lse")
+    kv_tile_begin: str = Field(default="0", description="C int expression: first key tile of query tile m_block")
+    kv_tile_end: str = Field(default="(seqlen_k + BLOCK_N - 1) / BLOCK_N",
+                             description="C int expression: one past the last key tile of m_block (may be <= begin: "
+                             "then the block writes O = 0, LSE = -inf)")
+    mask_tile: str = Field(default="false", description="C bool expression over m_block, n_block: this key tile "
+                           "holds an invisible key for some row of the query tile (the kernel adds the "
+                           "seqlen_k tail itself); tiles where it is false skip the `visible` test")
+    q_in_regs: bool = Field(default=True, description="Q fragments loaded once into registers (else re-read from "
+                            "shared memory each tile, saving registers for large head dims)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "KernelPlan":
+        if self.head_dim not in SUPPORTED_HEAD_DIMS:
+            raise ValueError(f"head_dim {self.head_dim} unsupported; supported: {SUPPORTED_HEAD_DIMS}")
+        if self.block_n % 16 or self.block_m % (16 * self.warps):
+            raise ValueError(f"block_m={self.block_m} must be a multiple of 16*warps={16 * self.warps} "
+                             f"and block_n={self.block_n} a multiple of 16")
+        if (self.norm.kind.value != self.variant.norm.value):
+            raise ValueError("norm kind disagrees with the variant's norm")
+        if self.write_lse and self.norm.kind is not NormKind.softmax:
+            raise ValueError("LSE exists only for softmax")
+        return self
+
+    @property
+    def rows_per_warp(self) -> int:
+        return self.block_m // self.warps
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+def expression_names(expr: str) -> set[str]:
+    """Identifiers an expression uses, minus float-literal suffixes (1.0f) and builtins."""
+    stripped = re.sub(r"(?<![\w.])\d+\.?\d*(?:[eE][-+]?\d+)?[fF]?", " ", expr)
+    return {n for n in _IDENT.findall(stripped) if n not in C_BUILTINS}
+
+
+def check_expressions(plan: KernelPlan) -> None:
+    """Raise UsageError naming any identifier an expression uses that the kernel does not define."""
+    known = EXPR_NAMES | {p.name for p in plan.prologue}
+    pieces = [("visible", plan.visible), ("kv_tile_begin", plan.kv_tile_begin), ("kv_tile_end", plan.kv_tile_end),
+              ("mask_tile", plan.mask_tile), ("p_expr", plan.norm.p_expr)]
+    pieces += [(f"score_mod {m.name}", m.expr) for m in plan.score_mods]
+    pieces += [(f"prologue {p.name}", p.expr) for p in plan.prologue]
+    for what, expr in pieces:
+        if expr is None:
+            continue
+        unknown = expression_names(expr) - known
+        if unknown:
+            raise UsageError(f"kernel plan {plan.name}: {what} expression {expr!r} uses undefined name(s) "
+                             f"{sorted(unknown)}")
+
+
+def _cfloat(x: float) -> str:
+    return f"{float(x)!r}f".replace("inff", "INFINITY")
+
+
+# --- the rule-based construction of the variant-specific pieces (reusable by lower.py) ---
+
+def score_mods_for(variant: Variant) -> tuple[list[ScoreMod], list[Prologue]]:
+    mods: list[ScoreMod] = []
+    prologue: list[Prologue] = []
+    if variant.softcap is not None:
+        c = variant.softcap
+        mods.append(ScoreMod(name="softcap", expr=f"{_cfloat(c)} * tanhf(s * {_cfloat(1.0 / c)})", uses_positions=False))
+    if variant.alibi:
+        prologue.append(Prologue(ctype="float", name="alibi_slope", expr="exp2f(-8.0f * (float)(head + 1) / (float)heads)"))
+        mods.append(ScoreMod(name="alibi", expr="s - alibi_slope * fabsf((float)(qpos + diag - kpos))",
+                             uses_positions=True))
+    return mods, prologue
+
+
+def visibility_for(variant: Variant) -> tuple[str | None, str, str, str]:
+    """(visible, kv_tile_begin, kv_tile_end, mask_tile) for the variant's mask."""
+    all_tiles_end = "(seqlen_k + BLOCK_N - 1) / BLOCK_N"
+    if not variant.causal:
+        return None, "0", all_tiles_end, "false"
+    # last visible key of the tile's last row is (m_block+1)*BLOCK_M - 1 + diag
+    end = f"min({all_tiles_end}, max(0, ((m_block + 1) * BLOCK_M + diag + BLOCK_N - 1) / BLOCK_N))"
+    causal_mask = "(n_block + 1) * BLOCK_N - 1 > m_block * BLOCK_M + diag"
+    if variant.window is None:
+        return "kpos <= qpos + diag", "0", end, causal_mask
+    w = variant.window
+    # first visible key of the tile's first row is m_block*BLOCK_M + diag - (W - 1)
+    begin = f"max(0, m_block * BLOCK_M + diag - {w - 1}) / BLOCK_N"
+    visible = f"kpos <= qpos + diag && qpos + diag - kpos < {w}"
+    window_mask = f"(m_block + 1) * BLOCK_M - 1 + diag - n_block * BLOCK_N >= {w}"
+    return visible, begin, end, f"({causal_mask}) || ({window_mask})"
+
+
+def normalization_for(variant: Variant) -> tuple[Normalization, list[Prologue]]:
+    if variant.norm is Norm.softmax:
+        return Normalization(kind=NormKind.softmax), []
+    if variant.norm is Norm.relu:
+        return (Normalization(kind=NormKind.relu, p_expr="fmaxf(s, 0.0f) * inv_seqlen_k"),
+                [Prologue(ctype="float", name="inv_seqlen_k", expr="1.0f / (float)seqlen_k")])
+    return (Normalization(kind=NormKind.sigmoid, p_expr="1.0f / (1.0f + __expf(log_seqlen_k - s))"),
+            [Prologue(ctype="float", name="log_seqlen_k", expr="logf((float)seqlen_k)")])
+
+
+def plan_for_variant(variant: Variant, arch: str, dtype: DType, head_dim: int, *, name: str | None = None,
+                     params: dict[str, int] | None = None) -> KernelPlan:
+    """The plan the rule-based expert would write. `params` (BLOCK_M, BLOCK_N, WARPS, STAGES, optional
+    Q_IN_REGS) default to flashgen.translators.params.choose_params for the arch."""
+    if arch not in ARCHES:
+        raise UsageError(f"unknown arch {arch!r}; known: {', '.join(ARCHES)}")
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        raise UsageError(f"head dim {head_dim} is not supported by the CUDA translator; "
+                         f"supported: {', '.join(map(str, SUPPORTED_HEAD_DIMS))}")
+    if params is None:
+        from flashgen.translators.params import choose_params
+
+        params = choose_params(variant, arch, dtype, head_dim)
+    mods, prologue = score_mods_for(variant)
+    norm, norm_prologue = normalization_for(variant)
+    visible, begin, end, mask_tile = visibility_for(variant)
+    kernel_name = name or f"fg_{variant.name}_{dtype.value}_d{head_dim}_{arch}"
+    try:
+        return KernelPlan(
+            name=kernel_name, arch=arch, dtype=dtype, head_dim=head_dim,
+            block_m=int(params["BLOCK_M"]), block_n=int(params["BLOCK_N"]), warps=int(params["WARPS"]),
+            stages=int(params["STAGES"]), variant=variant, score_mods=mods, prologue=prologue + norm_prologue,
+            visible=visible, norm=norm, write_lse=variant.return_lse, kv_tile_begin=begin, kv_tile_end=end,
+            mask_tile=mask_tile, q_in_regs=bool(params.get("Q_IN_REGS", 1)),
+        )
+    except ValueError as exc:
+        raise UsageError(f"cannot plan {kernel_name}: {exc}") from None

@@ -1,0 +1,142 @@
+"""KernelPlan -> CUDA source + KernelManifest.
+
+One shared kernel skeleton (templates/attention_fwd.cu.j2) over per-arch primitive headers
+(include/flashgen/*.cuh). The emitted source is self-contained: our headers are inlined (each behind an
+include guard, so several kernels of one arch can share a translation unit); only the ABI header
+`flashgen_abi.cuh` stays an #include, found with `-I flashgen/include` (flashgen.abi.ABI_HEADER).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from flashgen.abi import KernelManifest, Launch
+from flashgen.errors import UsageError
+from flashgen.translators.plan import KernelPlan, NormKind, check_expressions
+from flashgen.variant import DType
+
+TEMPLATES = Path(__file__).parent / "templates"
+INCLUDE_DIR = Path(__file__).parent / "include"
+_INCLUDE = re.compile(r'^\s*#include\s+"(flashgen/[\w./]+)"\s*$', re.MULTILINE)
+
+# Per-block shared memory limit per arch when flashgen.targets has no entry (opt-in maximum) [CUDA guide].
+_SMEM_FALLBACK = {"sm_75": 64 << 10, "sm_80": 163 << 10, "sm_86": 99 << 10, "sm_89": 99 << 10, "sm_90": 227 << 10}
+_CTYPE = {DType.fp16: "fg::f16", DType.bf16: "fg::bf16", DType.fp32: "fg::f32"}
+COMBINE_ROWS_PER_BLOCK = 4
+
+
+def smem_limit(arch: str) -> int:
+    """The smallest opt-in per-block shared memory among known targets of this arch."""
+    try:
+        from flashgen.targets import TARGETS
+
+        limits = [t.smem_per_block_bytes for t in TARGETS.values() if t.arch == arch]
+    except Exception:  # the targets table is optional for rendering
+        limits = []
+    return min(limits) if limits else _SMEM_FALLBACK[arch]
+
+
+def _tile_bytes(rows: int, cols: int, itemsize: int) -> int:
+    """st_layout<rows, cols, itemsize>::BYTES (common.cuh): XOR swizzle, or one chunk of padding per row."""
+    chunk_elems = 16 // itemsize
+    chunks = cols // chunk_elems
+    row_elems = cols if chunks % 8 == 0 else cols + chunk_elems
+    return rows * row_elems * itemsize
+
+
+def smem_bytes(plan: KernelPlan) -> int:
+    item = plan.dtype.itemsize
+    return _tile_bytes(plan.block_m, plan.head_dim, item) + 2 * _tile_bytes(plan.block_n, plan.head_dim, item)
+
+
+@lru_cache(maxsize=None)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+
+
+def inline_headers(source: str) -> str:
+    """Replace each `#include "flashgen/x.cuh"` with the header's text behind an include guard."""
+    def expand(text: str, seen: set[str]) -> str:
+        def repl(match: re.Match) -> str:
+            rel = match.group(1)
+            guard = "FG_INLINED_" + re.sub(r"\W", "_", rel).upper()
+            if rel in seen:
+                return ""
+            seen.add(rel)
+            body = (INCLUDE_DIR / rel).read_text().replace("#pragma once\n", "")
+            return f"#ifndef {guard}\n#define {guard}\n// ---- {rel} ----\n{expand(body, seen)}\n#endif  // {guard}"
+        return _INCLUDE.sub(repl, text)
+    return expand(source, set())
+
+
+def _arch_code_path(plan: KernelPlan) -> str:
+    return "sm75.cuh" if plan.arch == "sm_75" else "sm80.cuh"
+
+
+def _validate(plan: KernelPlan) -> None:
+    check_expressions(plan)
+    if plan.arch == "sm_75" and plan.dtype is not DType.fp16:
+        raise UsageError(f"{plan.name}: {plan.dtype.value} on sm_75 is not implemented yet (Turing tensor cores take "
+                         "fp16 only; see docs/turing-dtypes.md)")
+    if plan.stages != 1:
+        raise UsageError(f"{plan.name}: stages={plan.stages}: only the FA2 K/V interleave (stages=1) is implemented")
+    limit = smem_limit(plan.arch)
+    need = smem_bytes(plan)
+    if need > limit:
+        raise UsageError(f"{plan.name}: tiles need {need} bytes of shared memory, over {plan.arch}'s per-block "
+                         f"{limit}; lower block_m/block_n")
+
+
+def num_splits_expr(plan: KernelPlan) -> str:
+    """Split count: enough (b, h, m-tile, split) blocks for ~2 waves, at least 256 keys per split, at most 32."""
+    sms = 132
+    try:
+        from flashgen.targets import TARGETS
+
+        counts = [t.sm_count for t in TARGETS.values() if t.arch == plan.arch]
+        sms = max(counts) if counts else sms
+    except Exception:
+        pass
+    return f"max(1, min(32, min(cdiv(M, 256), cdiv({2 * sms}, B*H*cdiv(N, {plan.block_m})))))"
+
+
+def render(plan: KernelPlan, *, inline: bool = True) -> tuple[str, KernelManifest]:
+    """CUDA source (self-contained but for flashgen_abi.cuh when `inline`) and the manifest to launch it."""
+    _validate(plan)
+    split = plan.variant.split_kv
+    if plan.dtype is DType.fp32:
+        warp_mma = (f"fg::warp::attn_mma_tf32<MT, D, BLOCK_N, {str(plan.q_in_regs).lower()}, BLOCK_M>")
+    else:
+        warp_mma = f"fg::warp::attn_mma16<T, MT, D, BLOCK_N, {str(plan.q_in_regs).lower()}, BLOCK_M>"
+    context = dict(
+        plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], arch_header=_arch_code_path(plan),
+        warp_mma=warp_mma, split=split, reverse_m=plan.variant.causal and not split,
+        softmax=plan.norm.kind is NormKind.softmax,
+        raw_scores=plan.norm.kind is NormKind.softmax and not plan.score_mods,
+    )
+    source = _environment().get_template("attention_fwd.cu.j2").render(**context)
+    if inline:
+        source = inline_headers(source)
+    smem = smem_bytes(plan)
+    m_tiles = f"cdiv(N, {plan.block_m})"
+    launches = [Launch(kernel=plan.name, grid=("H", "B", f"{m_tiles}*SPLITS" if split else m_tiles),
+                       threads=plan.threads, smem_bytes=smem)]
+    if split:
+        launches.append(Launch(kernel=f"{plan.name}_combine", grid=(f"cdiv(N, {COMBINE_ROWS_PER_BLOCK})", "H", "B"),
+                               threads=32 * COMBINE_ROWS_PER_BLOCK))
+    manifest = KernelManifest(
+        name=plan.name, arch=plan.arch, dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
+        launches=launches,
+        workspace_floats="B*H*SPLITS*N*(D+1)" if split else "0",
+        num_splits=num_splits_expr(plan) if split else "1",
+        params={"BLOCK_M": plan.block_m, "BLOCK_N": plan.block_n, "WARPS": plan.warps, "STAGES": plan.stages,
+                "Q_IN_REGS": int(plan.q_in_regs)},
+        notes=("fp32 inputs run on tf32 tensor cores (10-bit mantissa products, fp32 accumulation)"
+               if plan.dtype is DType.fp32 else ""),
+    )
+    return source, manifest

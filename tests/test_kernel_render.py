@@ -1,0 +1,99 @@
+"""CPU tests of the CUDA translator back end: plans render, compile without spills, fit shared memory."""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from flashgen.abi import ENTRY_SIGNATURE, eval_size
+from flashgen.errors import UsageError
+from flashgen.translators.plan import KernelPlan, ScoreMod, check_expressions, plan_for_variant
+from flashgen.translators.render import render, smem_bytes, smem_limit
+from flashgen.variant import DType, Norm, Variant
+
+VARIANTS = {
+    "plain": Variant(), "causal": Variant(causal=True), "window": Variant(causal=True, window=100),
+    "alibi": Variant(alibi=True), "softcap": Variant(softcap=30.0), "gqa": Variant(kv_group=4),
+    "relu": Variant(norm=Norm.relu), "sigmoid": Variant(norm=Norm.sigmoid), "lse": Variant(return_lse=True),
+    "splitkv": Variant(split_kv=True, return_lse=True),
+}
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+
+
+def test_unsupported_head_dim_is_a_usage_error():
+    with pytest.raises(UsageError, match="head dim 80 is not supported"):
+        plan_for_variant(Variant(), "sm_80", DType.fp16, 80)
+
+
+def test_unknown_name_in_an_expression_is_rejected():
+    plan = plan_for_variant(Variant(), "sm_80", DType.fp16, 64)
+    bad = plan.model_copy(update={"score_mods": [ScoreMod(name="x", expr="s + bias_table[kpos]", uses_positions=True)]})
+    with pytest.raises(UsageError, match="bias_table"):
+        check_expressions(bad)
+
+
+def test_turing_bf16_is_rejected_clearly():
+    plan = plan_for_variant(Variant(), "sm_75", DType.bf16, 64)
+    with pytest.raises(UsageError, match="sm_75"):
+        render(plan)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_every_variant_renders_with_an_abi_entry_and_consistent_manifest(name):
+    variant = VARIANTS[name]
+    plan = plan_for_variant(variant, "sm_80", DType.bf16, 128)
+    source, manifest = render(plan)
+    entries = ENTRY_SIGNATURE.findall(source)
+    assert entries == [launch.kernel for launch in manifest.launches]
+    assert "{{" not in source and "#include \"flashgen/" not in source
+    sizes = dict(B=2, H=8, KVH=2, N=1, M=4096, D=128, SPLITS=1)
+    sizes["SPLITS"] = eval_size(manifest.num_splits, sizes)
+    if variant.split_kv:
+        assert len(manifest.launches) == 2 and sizes["SPLITS"] > 1
+        assert eval_size(manifest.workspace_floats, sizes) == 2 * 8 * sizes["SPLITS"] * 1 * 129
+    else:
+        assert len(manifest.launches) == 1 and manifest.workspace_floats == "0"
+    assert manifest.launches[0].smem_bytes == smem_bytes(plan) <= smem_limit("sm_80")
+    assert manifest.params["BLOCK_M"] == plan.block_m
+
+
+def test_causal_and_window_skip_tiles_and_mask_only_boundaries():
+    plan = plan_for_variant(Variant(causal=True, window=100), "sm_80", DType.fp16, 64)
+    assert "m_block" in plan.kv_tile_end and "m_block" in plan.kv_tile_begin
+    assert plan.mask_tile != "false"
+    assert plan_for_variant(Variant(), "sm_80", DType.fp16, 64).mask_tile == "false"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_75"])
+def test_tiles_fit_each_targets_shared_memory(arch):
+    dtypes = [DType.fp16] if arch == "sm_75" else list(DType)
+    for dtype in dtypes:
+        for d in (64, 96, 128, 256):
+            plan = plan_for_variant(Variant(causal=True), arch, dtype, d)
+            assert smem_bytes(plan) <= smem_limit(arch), (arch, dtype, d)
+
+
+def _compile(arch: str, plans: list[KernelPlan]):
+    from flashgen.harness.compile import compile_cuda
+
+    source = "\n".join(render(p)[0] for p in plans)
+    return compile_cuda(source, arch, filename=f"kernels_{arch}.cu")
+
+
+@needs_nvcc
+def test_one_kernel_per_variant_and_head_dim_compiles_without_spills():
+    sm80 = [plan_for_variant(v, "sm_80", DType.bf16, 128, name=f"k_{n}") for n, v in VARIANTS.items()]
+    sm80 += [plan_for_variant(Variant(causal=True, alibi=True, return_lse=True), "sm_80", dt, d, name=f"k_{dt.value}_{d}")
+             for dt in DType for d in (64, 96, 256)]
+    sm75 = [plan_for_variant(Variant(causal=True, return_lse=True), "sm_75", DType.fp16, d, name=f"t_{d}")
+            for d in (64, 96, 128, 256)]
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda job: _compile(*job), [("sm_80", sm80), ("sm_75", sm75)]))
+    for result, plans in zip(results, (sm80, sm75)):
+        assert result.ok, result.feedback_text()
+        expected = {launch.kernel for p in plans for launch in render(p)[1].launches}
+        assert expected <= set(result.kernels)
+        spilled = {name: u.spill_store_bytes for name, u in result.kernels.items() if u.spills}
+        assert not spilled, f"{result.arch}: spills {spilled}"
