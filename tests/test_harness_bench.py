@@ -2,8 +2,15 @@ import math
 
 import pytest
 
-from flashgen.harness.bench import (attention_counts, fa2_suite, is_undertimed, parse_shapes, roofline_percent,
-                                    tflops, timing_stats)
+from flashgen.harness.bench import (
+    attention_counts,
+    fa2_suite,
+    is_undertimed,
+    parse_shapes,
+    roofline_percent,
+    tflops,
+    timing_stats,
+)
 from flashgen.variant import DType, Shape, Variant
 
 
@@ -50,3 +57,29 @@ def test_roofline_percent_uses_the_target():
     pct = roofline_percent(shape, Variant(causal=True), DType.bf16, "h100", 1.0)
     assert pct is not None and 0 < pct < 100
     assert roofline_percent(shape, Variant(), DType.bf16, None, 1.0) is None
+
+
+def test_speedup_is_baseline_time_over_ours():
+    from flashgen.harness.bench import speedup
+
+    assert speedup(2.0, 1.0) == 2.0  # the baseline takes twice as long: ours is 2x faster
+    assert speedup(1.0, 4.0) == 0.25
+    with pytest.raises(ValueError):
+        speedup(0.0, 1.0)
+
+
+def test_geomean():
+    from flashgen.harness.bench import geomean
+
+    assert math.isclose(geomean([2.0, 0.5]), 1.0)  # 2x faster and 2x slower cancel
+    assert math.isclose(geomean([1.0, 4.0, 16.0]), 4.0)
+    assert geomean([]) is None
+    with pytest.raises(ValueError):
+        geomean([1.0, -1.0])
+
+
+def test_bench_rejects_an_unknown_flex_mode():
+    from flashgen.harness.bench import bench_kernels
+
+    with pytest.raises(ValueError, match="flex must be one of"):
+        bench_kernels([], [], flex="sometimes")

@@ -7,9 +7,11 @@ call). All of them follow flashgen.variant's conventions (bottom-right causal al
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from flashgen.variant import Norm, Variant, alibi_slope
+
+FlexMode = Literal["static", "dynamic", "off"]
 
 BASELINE_NAMES = ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex")
 
@@ -31,10 +33,11 @@ def sdpa_unsupported(variant: Variant) -> str | None:
     return None
 
 
-def make_baselines(variant: Variant, q, k, v, scale: float) -> list[tuple[str, Callable[[], Any] | None, str | None]]:
-    """[(name, callable or None, skip reason or None)] for torch tensors q (B,H,N,D), k, v (B,KVH,M,D)."""
+def make_baselines(variant: Variant, q, k, v, scale: float, flex: FlexMode = "static"
+                   ) -> list[tuple[str, Callable[[], Any] | None, str | None]]:
+    """[(name, callable or None, skip reason or None)] for torch tensors q (B,H,N,D), k, v (B,KVH,M,D).
+    `flex`: FlexAttention compiled per shape ("static"), once per (dtype, D, mask) ("dynamic"), or "off"."""
     try:
-        import torch
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except Exception as exc:
@@ -68,7 +71,7 @@ def make_baselines(variant: Variant, q, k, v, scale: float) -> list[tuple[str, C
                 return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
         out.append(_trial(name, call))
-    out.append(_flex(variant, q, k, v, scale, gqa))
+    out.append(_flex(variant, q, k, v, scale, gqa, flex))
     return out
 
 
@@ -83,20 +86,38 @@ def _trial(name: str, call: Callable[[], Any]) -> tuple[str, Callable[[], Any] |
         return name, None, f"unsupported here: {_first_line(exc)}"
 
 
-_compiled_flex = None
+_compiled_flex: dict[bool, Any] = {}
 
 
-def _flex(variant: Variant, q, k, v, scale: float, gqa: bool):
+def compiled_flex(dynamic: bool):
+    """flex_attention under torch.compile, one compiled function per process and mode."""
+    if dynamic not in _compiled_flex:
+        import torch
+        from torch.nn.attention.flex_attention import flex_attention
+
+        # Every shape (static) or every (dtype, D, mask) (dynamic) adds a graph of the same function; past
+        # dynamo's recompile limit (8 by default) flex silently runs eagerly, far slower than FlexAttention is.
+        cfg = torch._dynamo.config
+        for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                     "accumulated_cache_size_limit"):
+            if hasattr(cfg, name):
+                setattr(cfg, name, max(int(getattr(cfg, name)), 512))
+        _compiled_flex[dynamic] = torch.compile(flex_attention, dynamic=dynamic)
+    return _compiled_flex[dynamic]
+
+
+def _flex(variant: Variant, q, k, v, scale: float, gqa: bool, mode: FlexMode = "static"):
+    if mode == "off":
+        return "flex", None, "FlexAttention off for this run (--no-flex)"
     if variant.norm is not Norm.softmax:
         return "flex", None, f"FlexAttention normalizes with softmax; {variant.norm.value} is not expressible"
     try:
         import torch
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        flex_fn = compiled_flex(dynamic=(mode == "dynamic"))
     except Exception as exc:
         return "flex", None, f"FlexAttention not available ({_first_line(exc)})"
-    global _compiled_flex
-    if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention, dynamic=False)
     b, h, n, _ = q.shape
     m = k.shape[2]
     offset = m - n
@@ -127,7 +148,7 @@ def _flex(variant: Variant, q, k, v, scale: float, gqa: bool):
             return score
 
     def call():
-        return _compiled_flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa,
+        return flex_fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa,
                               return_lse=variant.return_lse)
 
     return _trial("flex", call)

@@ -19,8 +19,14 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
+from flashgen.harness.baselines import FlexMode
 from flashgen.roofline import OpCounts
 from flashgen.variant import DType, Shape, Variant
+
+# How FlexAttention is compiled: "static" recompiles per shape (the fastest kernels, one compile per
+# shape), "dynamic" compiles one shape-generic graph per (dtype, D, mask) and reuses it across N (a
+# few percent slower at worst, far fewer compiles), "off" skips it.
+FLEX_MODES: tuple[str, ...] = ("static", "dynamic", "off")
 
 UNDERTIME_FACTOR = 2.0   # host time per call above this multiple of the event median ...
 UNDERTIME_SLACK_MS = 0.2  # ... plus this much launch/sync overhead is flagged
@@ -57,6 +63,22 @@ def timing_stats(samples_ms: list[float], host_ms_per_call: float | None = None)
 
 def is_undertimed(event_ms: float, host_ms_per_call: float) -> bool:
     return host_ms_per_call > UNDERTIME_FACTOR * event_ms + UNDERTIME_SLACK_MS
+
+
+def speedup(baseline_ms: float, ours_ms: float) -> float:
+    """How many times faster ours is: the baseline's time over ours (> 1: ours is faster)."""
+    if not (baseline_ms > 0 and ours_ms > 0):
+        raise ValueError(f"times must be positive, got {baseline_ms!r} and {ours_ms!r} ms")
+    return baseline_ms / ours_ms
+
+
+def geomean(values: list[float]) -> float | None:
+    """Geometric mean (the mean of ratios that treats 2x faster and 2x slower symmetrically); None if empty."""
+    if not values:
+        return None
+    if any(not v > 0 for v in values):
+        raise ValueError("geomean needs positive values")
+    return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
 def tflops(shape: Shape, causal: bool, ms: float) -> float:
@@ -155,6 +177,7 @@ class BenchEntry(BaseModel):
     stats: TimingStats | None = None
     tflops: float | None = None
     roofline_pct: float | None = None
+    note: str = ""
 
 
 class BenchReport(BaseModel):
@@ -232,12 +255,22 @@ def _as_torch(x, dtype: DType):
 
 
 def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, min_time_s: float = 0.2,
-                  seed: int = 0) -> BenchReport:
+                  seed: int = 0, flex: FlexMode = "static") -> BenchReport:
     """Time each kernel (worker.KernelInput, or (source | cubin path, manifest) pairs) on each shape,
     and every baseline on the same (dtype, variant, shape) once. Needs a GPU; runs in-process (the
-    worker calls it). A shape whose D differs from a kernel's head_dim is skipped for that kernel."""
-    from flashgen.harness.worker import (KernelInput, _cupy, environment_info, ensure_compiled, load_kernel,
-                                         prepare_launch, runnable_arch)
+    worker calls it). A shape whose D differs from a kernel's head_dim is skipped for that kernel.
+    `flex` says how FlexAttention is compiled (FlexMode)."""
+    if flex not in FLEX_MODES:
+        raise ValueError(f"flex must be one of {', '.join(FLEX_MODES)}, got {flex!r}")
+    from flashgen.harness.worker import (
+        KernelInput,
+        _cupy,
+        ensure_compiled,
+        environment_info,
+        load_kernel,
+        prepare_launch,
+        runnable_arch,
+    )
 
     cp = _cupy()
     env = environment_info()
@@ -292,13 +325,16 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
             if baselines and key not in baseline_done:
                 baseline_done.add(key)
                 report.entries += _bench_baselines(man.variant, man.dtype, shape, q, k, v, scale, stream, l2,
-                                                   min_time_s, target)
+                                                   min_time_s, target, flex)
             del q, k, v, o, lse
     return report
 
 
+_flex_dynamic_failed: str | None = None  # why a dynamic compile failed in this process (static from then on)
+
+
 def _bench_baselines(variant: Variant, dtype: DType, shape: Shape, q, k, v, scale: float, stream, l2: int,
-                     min_time_s: float, target: str | None) -> list[BenchEntry]:
+                     min_time_s: float, target: str | None, flex: FlexMode = "static") -> list[BenchEntry]:
     from flashgen.harness.baselines import BASELINE_NAMES, make_baselines
 
     entries = []
@@ -310,11 +346,23 @@ def _bench_baselines(variant: Variant, dtype: DType, shape: Shape, q, k, v, scal
     except Exception as exc:
         return [BenchEntry(name=n, kind="baseline", dtype=dtype.value, variant=variant.name, shape=shape, ok=False,
                            skipped=f"torch not usable: {exc}") for n in BASELINE_NAMES]
+    global _flex_dynamic_failed
+    if flex == "dynamic" and _flex_dynamic_failed:
+        flex = "static"
+    flex_note = f"compiled with dynamic={flex == 'dynamic'}" if flex != "off" else ""
+    if _flex_dynamic_failed and flex == "static":
+        flex_note += f" (a dynamic compile failed earlier: {_flex_dynamic_failed})"
     with torch.cuda.stream(torch_stream):
-        made = make_baselines(variant, tq, tk, tv, scale)
+        made = make_baselines(variant, tq, tk, tv, scale, flex=flex)
+        if flex == "dynamic" and any(n == "flex" and fn is None and (r or "").startswith("unsupported here")
+                                     for n, fn, r in made):
+            # a shape-generic compile this torch cannot do: static compiles from here on
+            _flex_dynamic_failed = next(r for n, _, r in made if n == "flex")
+            made = make_baselines(variant, tq, tk, tv, scale, flex="static")
+            flex_note = f"compiled with dynamic=False (the dynamic compile failed: {_flex_dynamic_failed})"
         for name, fn, reason in made:
             entry = BenchEntry(name=name, kind="baseline", dtype=dtype.value, variant=variant.name, shape=shape,
-                               ok=False, skipped=reason)
+                               ok=False, skipped=reason, note=flex_note if name == "flex" else "")
             if fn is not None:
                 try:
                     entry.stats = time_callable(fn, stream=stream, l2_bytes=l2, min_time_s=min_time_s)

@@ -72,22 +72,62 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
     @app.command("bench")
-    def bench_command(kernel_dirs: list[str] = typer.Argument(None, help="kernel directories (kernel.cu + manifest.json)"),
+    def bench_command(kernel_dirs: list[str] = typer.Argument(None, help="kernel directories (kernel.cu + manifest.json); "
+                                                              "or `report RESULTS.json...` to render suite results"),
                       shapes: str = typer.Option(None, help='e.g. "B=8,H=16,N=2048,M=2048,D=128;B=4,..."'),
-                      suite: str = typer.Option(None, help="a preset: fa2"),
+                      suite: str = typer.Option(None, help="a preset: fa2. Without kernel directories our kernels are "
+                                                "built for it (expert pipeline), verified and timed"),
+                      gpu: str = typer.Option(None, help="the GPU the suite builds for (default: the one present)"),
+                      arch_path: str = typer.Option(None, help="suite: the code path to build, sm_80 or sm_75 "
+                                                    "(default: the GPU's own); compiled for the GPU present"),
+                      select: str = typer.Option(None, help="suite: only rows matching all these words, e.g. "
+                                                 "fp16,d64,causal,n4096"),
+                      compile_only: bool = typer.Option(False, "--compile-only", help="suite: build and compile the "
+                                                        "kernels (no GPU needed), report registers, smem and spills"),
+                      jobs: int = typer.Option(None, help="suite: parallel nvcc processes (default: all cores)"),
                       out: str = typer.Option(None, help="JSON path (default benchmarks/results/<date>-<gpu>-<name>.json)"),
                       baselines: bool = typer.Option(True, help="time torch SDPA backends and FlexAttention too"),
+                      flex: bool = typer.Option(True, help="time FlexAttention among the baselines"),
+                      flex_compile: str = typer.Option(None, help="dynamic (one compile per dtype/D/mask, reused "
+                                                       "across N; the suite's default) or static (one per shape)"),
                       verify: bool = typer.Option(True, help="verify each kernel before timing it"),
-                      min_time: float = typer.Option(0.2, help="seconds of kernel time per measurement"),
-                      timeout: float = typer.Option(600.0, help="seconds before the worker is killed")) -> None:
-        """Benchmark kernels beside torch SDPA (flash / efficient / cudnn) and FlexAttention."""
-        from flashgen.harness.bench import BenchReport, default_output_path, fa2_suite, parse_shapes
+                      min_time: float = typer.Option(None, help="seconds of kernel time per measurement "
+                                                     "(default 0.2; 0.1 for a suite)"),
+                      timeout: float = typer.Option(600.0, help="seconds before the worker is killed"),
+                      doc: str = typer.Option(None, help="report: the markdown file to write (e.g. docs/performance.md)")
+                      ) -> None:
+        """Benchmark kernels beside torch SDPA (flash / efficient / cudnn) and FlexAttention; with
+        `--suite fa2` and no kernel directories, build our kernels for the whole suite and time them;
+        `flashgen bench report RESULTS.json... --doc docs/performance.md` renders suite results."""
+        dirs = list(kernel_dirs or [])
+        if dirs and dirs[0] == "report":
+            return _report(dirs[1:], doc)
+        if doc:
+            raise UsageError("--doc belongs to `flashgen bench report RESULTS.json...`")
+        if flex_compile is not None and flex_compile not in ("dynamic", "static"):
+            raise UsageError(f"--flex-compile must be dynamic or static, got {flex_compile!r}")
+        flex_mode = "off" if not flex else (flex_compile or ("dynamic" if suite and not dirs else "static"))
+        if suite and not dirs:
+            return _suite(suite, gpu, arch_path, select, compile_only, jobs, out, baselines, flex_mode,
+                          0.1 if min_time is None else min_time, timeout)
+        for name, given in (("--gpu", gpu), ("--arch-path", arch_path), ("--select", select), ("--jobs", jobs)):
+            if given is not None:
+                raise UsageError(f"{name} applies to a suite built from our kernels (--suite fa2 without kernel directories)")
+        if compile_only:
+            raise UsageError("--compile-only applies to --suite fa2 without kernel directories")
+        min_time = 0.2 if min_time is None else min_time
+        from flashgen.harness.bench import (
+            BenchReport,
+            default_output_path,
+            fa2_suite,
+            parse_shapes,
+        )
         from flashgen.harness.store import Store
         from flashgen.harness.worker import GpuWorker, have_gpu
 
-        kernels = [load_kernel_dir(d) for d in (kernel_dirs or [])]
+        kernels = [load_kernel_dir(d) for d in dirs]
         if not kernels:
-            raise UsageError("give at least one kernel directory (kernel.cu + manifest.json)")
+            raise UsageError("give at least one kernel directory (kernel.cu + manifest.json), or --suite fa2 to build ours")
         if suite and shapes:
             raise UsageError("give --shapes or --suite, not both")
         if suite:
@@ -122,7 +162,8 @@ def register(app: typer.Typer) -> None:
             if not runnable:
                 store.finish_run(run_id, "failed", {"reason": "no kernel passed verification"})
                 raise FlashgenError("no kernel passed verification; nothing timed")
-            result = worker.bench(runnable, shape_list, baselines=baselines, timeout_s=timeout, min_time_s=min_time)
+            result = worker.call("flashgen.harness.bench:bench_kernels", timeout_s=timeout, kernels=runnable,
+                                 shapes=shape_list, baselines=baselines, min_time_s=min_time, flex=flex_mode)
         if not result.ok:
             store.add_event(run_id, "bench", {"error": result.error})
             store.finish_run(run_id, "failed", {"error": result.error})
@@ -130,11 +171,7 @@ def register(app: typer.Typer) -> None:
         merged = result.value
         store.add_event(run_id, "bench", merged.model_dump(mode="json"))
         path = Path(out) if out else default_output_path(merged.env, suite or "_".join(k.label for k in runnable)[:60])
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(merged.model_dump_json(indent=2))
-        except OSError as exc:
-            raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        _write_text(path, merged.model_dump_json(indent=2))
         store.finish_run(run_id, "ok", {"json": str(path)})
         print_bench(merged)
         console.print(f"[dim]wrote {path}; recorded as run {run_id}[/]")
@@ -171,10 +208,111 @@ def register(app: typer.Typer) -> None:
         console.print(table)
 
 
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _suite(suite: str, gpu: str | None, arch_path: str | None, select: str | None, compile_only: bool,
+           jobs: int | None, out: str | None, baselines: bool, flex_mode: str, min_time: float, timeout: float) -> None:
+    """`flashgen bench --suite fa2 [--gpu] [--arch-path] [--compile-only]`: our kernels, built for the suite."""
+    from flashgen.harness import suite as suite_mod
+    from flashgen.harness.bench import default_output_path
+
+    if suite not in suite_mod.SUITES:
+        raise UsageError(f"unknown suite {suite!r}; known: {', '.join(suite_mod.SUITES)}")
+    if arch_path is not None and arch_path not in suite_mod.ARCH_PATHS:
+        raise UsageError(f"--arch-path must be one of {', '.join(suite_mod.ARCH_PATHS)}, got {arch_path!r}")
+    if jobs is not None and jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    if min_time <= 0:
+        raise UsageError("--min-time must be positive")
+    if compile_only:
+        if gpu is None:
+            raise UsageError("--compile-only needs --gpu (which GPU's arch to compile for)")
+        from flashgen.targets import get_target
+
+        get_target(gpu)
+        kernels = suite_mod.compile_suite(gpu, suite, arch_path, select, jobs)
+        print_compiled(kernels)
+        bad = [k for k in kernels if k.build_error or not k.compiled]
+        if bad:
+            raise FlashgenError(f"{len(bad)} of {len(kernels)} suite kernels did not build or compile: "
+                                + "; ".join(f"{k.dtype} {k.variant} d{k.head_dim}: "
+                                            f"{(k.build_error or k.compile.get('error') or '?').splitlines()[0]}"
+                                            for k in bad)[:600])
+        return
+    from flashgen.harness.worker import have_gpu
+
+    if not have_gpu():
+        raise UsageError("no CUDA GPU here (cupy cannot see a device); --compile-only builds and compiles the suite's "
+                         "kernels without one")
+    if gpu is None:
+        from flashgen.harness.bench import _target_name
+        from flashgen.harness.worker import environment_info
+
+        gpu = _target_name(environment_info().get("gpu"))
+        if gpu is None:
+            raise UsageError("this GPU is not a known target; name the one to build for with --gpu")
+    from flashgen.targets import get_target
+
+    get_target(gpu)
+    name = f"{suite}-{suite_mod.code_path(suite_mod.translation_target(gpu, arch_path).arch)}"
+    path = Path(out) if out else default_output_path({"gpu": gpu}, name)
+    _write_text(path, "{}")  # fail early on an unwritable path, not after minutes of timing
+    result = suite_mod.run_suite(gpu, suite, arch_path, select=select, baselines=baselines, flex=flex_mode,
+                                 min_time_s=min_time, jobs=jobs, job_timeout_s=timeout, out=path,
+                                 progress=lambda msg: console.print(f"[dim]{escape(msg)}[/]"))
+    for line in suite_mod.summary_lines(result):
+        console.print(line, highlight=False, markup=False)
+    console.print(f"[dim]wrote {path}[/]")
+    if result.summary.timed == 0:
+        raise FlashgenError(f"no shape of the suite was timed (see {path})")
+
+
+def _report(paths: list[str], doc: str | None) -> None:
+    """`flashgen bench report RESULTS.json... [--doc docs/performance.md]`."""
+    from flashgen.harness import suite as suite_mod
+
+    if not paths:
+        raise UsageError("give suite result files: flashgen bench report RESULTS.json... [--doc docs/performance.md]")
+    results = suite_mod.load_results(paths)
+    text = suite_mod.render_markdown(results)
+    if doc:
+        _write_text(Path(doc), text)
+    else:
+        console.print(text, highlight=False, markup=False, soft_wrap=True)
+    for result in results:
+        for line in suite_mod.summary_lines(result):
+            console.print(line, highlight=False, markup=False)
+    if doc:
+        console.print(f"[dim]wrote {doc}[/]")
+
+
+def print_compiled(kernels) -> None:
+    """Per suite kernel: the code path, registers, smem, spills, compile time or the error."""
+    table = Table(title="suite kernels (built and compiled)")
+    for col in ("dtype", "variant", "D", "written for", "built for", "regs", "smem B", "spills", "s", "problem"):
+        table.add_column(col)
+    for k in kernels:
+        res = next(iter(k.compile.get("resources", {}).values()), {})
+        spill = res.get("spill_store_bytes", 0) + res.get("spill_load_bytes", 0) if res else 0
+        problem = k.build_error or k.compile.get("error") or ""
+        table.add_row(k.dtype, k.variant, str(k.head_dim), k.arch or "-", k.compile.get("arch", "-"),
+                      str(res.get("registers", "-")), str(res.get("shared_static_bytes", "-")),
+                      str(spill) if res else "-", str(k.compile.get("seconds", "-")), escape(problem.splitlines()[0][:80]
+                                                                                             if problem else ""))
+    console.print(table)
+
+
 def print_bench(report) -> None:
-    """Ours beside each baseline, with ratios (ours' time / baseline's: < 1 means ours is faster)."""
-    table = Table(title=f"flashgen bench on {report.env.get('gpu')} (target {report.target or '?'})")
-    for col in ("dtype", "variant", "shape", "name", "median ms", "IQR ms", "TFLOP/s", "% roofline", "ours/this", "note"):
+    """Ours beside each baseline, with speedups (the baseline's time / ours: > 1 means ours is faster)."""
+    table = Table(title=f"flashgen bench on {report.env.get('gpu')} (target {report.target or '?'}); "
+                        "× = this row's time / ours (> 1: ours is faster)")
+    for col in ("dtype", "variant", "shape", "name", "median ms", "IQR ms", "TFLOP/s", "% roofline", "× (this/ours)", "note"):
         table.add_column(col)
     for (dtype, variant, shape), entries in report.groups().items():
         ours = [e for e in entries if e.kind == "kernel" and e.ok]
@@ -183,8 +321,8 @@ def print_bench(report) -> None:
             if e.stats is None:
                 table.add_row(dtype, variant, shape, e.name, "-", "-", "-", "-", "-", escape((e.skipped or e.error or "")[:70]))
                 continue
-            ratio = f"{ref / e.stats.median_ms:.2f}x" if ref and e.kind == "baseline" else ""
-            note = ("UNDERTIMED: " + e.stats.note) if e.stats.undertimed else ""
+            ratio = f"{e.stats.median_ms / ref:.2f}" if ref and e.kind == "baseline" else ""
+            note = ("UNDERTIMED: " + e.stats.note) if e.stats.undertimed else e.note
             table.add_row(dtype, variant, shape, e.name, f"{e.stats.median_ms:.4g}",
                           f"{e.stats.q1_ms:.3g}-{e.stats.q3_ms:.3g}", f"{e.tflops:.1f}" if e.tflops else "-",
                           f"{e.roofline_pct:.0f}" if e.roofline_pct is not None else "-", ratio, escape(note[:70]))

@@ -334,3 +334,16 @@ def compile_cuda(source: str, arch: str, *, options: Sequence[str] = (), timeout
             pass
     return result
 
+
+
+def compile_many(sources: Sequence[str], arch: str, *, jobs: int | None = None,
+                 options: Sequence[str] = ()) -> list[CompileResult]:
+    """compile_cuda over many sources at once (nvcc runs as a subprocess, so threads suffice). The
+    cubins land in the cache, where a later compile_cuda (e.g. the GPU worker's) finds them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not sources:
+        return []
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(sources)))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(lambda source: compile_cuda(source, arch, options=options), sources))

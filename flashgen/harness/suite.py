@@ -1,0 +1,662 @@
+"""Performance suites: build our kernels for every (dtype, variant, head dim) a suite needs through the
+expert pipeline (`flashgen generate --provider expert` writes the same TL and CUDA), compile them all in
+parallel, verify each on a small case set, then time every shape beside every baseline in one run.
+
+    result = run_suite("h200", arch_path=None)          # needs a GPU; the H200's own (sm_80) code path
+    result = run_suite("h200", arch_path="sm_75")       # the Turing code path, compiled for the GPU present
+    kernels = compile_suite("h200", arch_path="sm_75")  # no GPU needed: nvcc errors and spills only
+    text = render_markdown([result, ...])               # docs/performance.md
+
+Speedups are always baseline time / our time: > 1 means ours is faster.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from flashgen.abi import KernelManifest
+from flashgen.errors import FlashgenError, UsageError
+from flashgen.harness.bench import (
+    FLEX_MODES,
+    BenchEntry,
+    FlexMode,
+    fa2_suite,
+    geomean,
+    shape_text,
+    speedup,
+)
+from flashgen.roofline import OpCounts
+from flashgen.variant import DType, Shape, Variant
+
+SUITES = ("fa2",)
+ARCH_PATHS = ("sm_80", "sm_75")
+# The suite verifies each kernel on these few cases of verify.default_cases before timing it (ragged
+# tails, rows that see no key, scores in the hundreds); tests/test_kernel_gpu.py runs the full set.
+SUITE_CHECK_CASES = ("tails", "n_gt_m", "large_magnitude")
+# Where the Turing code path is meant to run: its roofline there is recorded beside the H200 timing.
+TURING_ROOFLINE_TARGETS = ("t4", "rtx8000")
+# Display names of the baselines, in table order
+BASELINE_LABELS = {"sdpa_flash": "FLASH", "sdpa_cudnn": "CUDNN", "sdpa_efficient": "EFFICIENT", "flex": "Flex"}
+SUMMARY_BASELINES = ("sdpa_flash", "sdpa_cudnn")
+
+
+# ---------------------------------------------------------------------------------------------
+# Building our kernels
+# ---------------------------------------------------------------------------------------------
+
+def code_path(arch: str) -> str:
+    """The translator's code path for an arch: sm_75 has its own; sm_80..sm_90 share the sm_80 one
+    (flashgen.translators.plan: "sm_86/89/90 use the sm_80 code path")."""
+    return "sm_75" if arch == "sm_75" else "sm_80"
+
+
+def translation_target(gpu: str, arch_override: str | None = None):
+    """The target a kernel for `gpu` is translated for: the GPU's own when `arch_override` is None or
+    names the code path the GPU already takes (sm_80 on an H200: what `flashgen generate --gpu h200`
+    builds), else the first known target of that arch (sm_75 -> t4), so that another code path can be
+    built and then compiled for the GPU present."""
+    from flashgen.targets import TARGETS, get_target
+
+    own = get_target(gpu)
+    if arch_override is None or code_path(arch_override) == code_path(own.arch) and arch_override in ARCH_PATHS:
+        return own
+    for target in TARGETS.values():
+        if target.arch == arch_override:
+            return target
+    raise UsageError(f"no known target has arch {arch_override!r}; known paths: {', '.join(ARCH_PATHS)}")
+
+
+def build_expert_kernel(gpu: str, dtype: DType | str, variant: Variant, head_dim: int,
+                        arch_override: str | None = None, env=None) -> tuple[str, KernelManifest, str]:
+    """(CUDA source, manifest, full TL) of the expert's kernel: the library's full program with the
+    first `choose_params` candidate, through the reference translator (what the expert provider answers
+    on its first try). Raises FlashgenError (one line) for a combination the translator cannot build."""
+    from flashgen.agent.environment import Environment
+
+    env = env or Environment()
+    dtype = DType(getattr(dtype, "value", dtype))
+    target = translation_target(gpu, arch_override)
+    env.check_supported(variant, target, dtype, head_dim)
+    params = env.choose_params(variant, target, dtype, head_dim)[0]
+    tl = env.library_tl(variant, target, dtype, head_dim, form="full", params=params)
+    source, manifest = env.translate(tl, target)
+    return source, manifest, tl
+
+
+class SuiteKernel(BaseModel):
+    """One of our kernels in a suite run: how it was built, compiled and verified."""
+
+    dtype: str
+    variant: str
+    causal: bool
+    head_dim: int
+    name: str | None = None
+    arch: str | None = Field(default=None, description="the code path the source is written for (manifest.arch)")
+    params: dict[str, Any] = Field(default_factory=dict)
+    source_sha256: str | None = None
+    build_error: str | None = None
+    compile: dict[str, Any] = Field(default_factory=dict, description="arch, ok, seconds, per entry: registers, "
+                                    "smem, spills; the errors when it failed")
+    verify: dict[str, Any] | None = None
+    tl: str | None = None
+    source: str | None = Field(default=None, exclude=True)
+    manifest: KernelManifest | None = Field(default=None, exclude=True)
+    program: Any = Field(default=None, exclude=True)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return self.dtype, self.variant, self.head_dim
+
+    @property
+    def compiled(self) -> bool:
+        return bool(self.compile.get("ok"))
+
+
+def suite_rows(suite: str = "fa2", select: str | None = None) -> list[tuple[DType, Variant, Shape]]:
+    """The suite's (dtype, variant, shape) rows, optionally narrowed by `select` (see select_rows)."""
+    if suite not in SUITES:
+        raise UsageError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
+    return select_rows(fa2_suite(), select)
+
+
+def select_rows(rows: list[tuple[DType, Variant, Shape]], select: str | None) -> list[tuple[DType, Variant, Shape]]:
+    """Keep the rows matching every comma-separated word of `select`: a dtype (fp16), a variant name
+    (plain, causal), a head dim (d64) or a length (n1024)."""
+    if not select:
+        return rows
+    words = [w.strip().lower() for w in select.split(",") if w.strip()]
+    kept = [r for r in rows if all(w in _row_words(*r) for w in words)]
+    if not kept:
+        raise UsageError(f"--select {select!r} matches no row; words are a dtype (fp16, bf16), a variant (plain, "
+                         "causal), a head dim (d64, d128) or a length (n512 ... n16384)")
+    return kept
+
+
+def _row_words(dtype: DType, variant: Variant, shape: Shape) -> set[str]:
+    return {dtype.value, variant.name, f"d{shape.D}", f"n{shape.N}"}
+
+
+def build_suite_kernels(gpu: str, rows: list[tuple[DType, Variant, Shape]], arch_path: str | None = None
+                        ) -> list[SuiteKernel]:
+    """One kernel per (dtype, variant, head dim) of the rows; a failed build is recorded, not raised."""
+    from flashgen.agent.environment import Environment
+
+    env = Environment()
+    kernels: dict[tuple[str, str, int], SuiteKernel] = {}
+    for dtype, variant, shape in rows:
+        key = (dtype.value, variant.name, shape.D)
+        if key in kernels:
+            continue
+        k = SuiteKernel(dtype=dtype.value, variant=variant.name, causal=variant.causal, head_dim=shape.D)
+        try:
+            source, manifest, tl = build_expert_kernel(gpu, dtype, variant, shape.D, arch_path, env=env)
+        except FlashgenError as exc:
+            k.build_error = str(exc)
+        else:
+            k.name, k.arch, k.tl, k.source, k.manifest = manifest.name, manifest.arch, tl, source, manifest
+            k.source_sha256 = hashlib.sha256(source.encode()).hexdigest()
+            k.program = env.parse(tl)
+            k.params = dict(manifest.params) or dict(k.program.params)
+        kernels[key] = k
+    return list(kernels.values())
+
+
+def compile_suite_kernels(kernels: list[SuiteKernel], arch: str, jobs: int | None = None) -> None:
+    """nvcc every built kernel for `arch` in parallel; the cubins land in the compile cache, where the
+    worker finds them."""
+    from flashgen.harness.compile import compile_many
+
+    todo = [k for k in kernels if k.source is not None]
+    try:
+        results = compile_many([k.source for k in todo], arch, jobs=jobs)
+    except FlashgenError as exc:
+        for k in todo:
+            k.compile = {"arch": arch, "ok": False, "error": str(exc)}
+        return
+    for k, result in zip(todo, results):
+        usage = {name: u.model_dump(include={"registers", "shared_static_bytes", "spill_store_bytes",
+                                             "spill_load_bytes", "stack_frame_bytes"})
+                 for name, u in sorted(result.kernels.items())}
+        k.compile = {"arch": arch, "ok": result.ok, "seconds": round(result.seconds, 2), "cache_hit": result.cache_hit,
+                     "resources": usage, "spills": any(u.spills for u in result.kernels.values())}
+        if not result.ok:
+            k.compile["error"] = result.feedback_text(600)
+
+
+def compile_suite(gpu: str, suite: str = "fa2", arch_path: str | None = None, select: str | None = None,
+                  jobs: int | None = None, arch: str | None = None) -> list[SuiteKernel]:
+    """Build and compile every kernel of the suite for the GPU's arch (no GPU needed)."""
+    from flashgen.targets import get_target
+
+    kernels = build_suite_kernels(gpu, suite_rows(suite, select), arch_path)
+    compile_suite_kernels(kernels, arch or _compile_arch(get_target(gpu).arch), jobs)
+    return kernels
+
+
+def _compile_arch(target_arch: str) -> str:
+    # what the worker builds for on that GPU (worker.runnable_arch): the plain arch, not sm_90a
+    return target_arch.rstrip("a")
+
+
+# ---------------------------------------------------------------------------------------------
+# Roofline of the Turing path from the interpreter's counts
+# ---------------------------------------------------------------------------------------------
+
+def interpreted_counts(program, variant: Variant, shape: Shape) -> OpCounts:
+    """The interpreter's OpCounts of `program` at `shape` (N == M here). Every (batch, kv head) group
+    runs the same program, so one group is counted and scaled (as the agent does). A group's counts
+    are a quadratic in the length when the length is a multiple of the tiles (tiles per row block
+    times row blocks; the causal staircase sums to a quadratic too), so they are interpreted at three
+    small lengths, extrapolated, and the extrapolation is checked exactly at a fourth; a program whose
+    counts are not quadratic is interpreted at the full length instead."""
+    from flashgen.tl_spec.interpreter import interpret
+
+    n = shape.N
+    group = lambda length: Shape(B=1, H=variant.kv_group, KVH=1, N=length, M=length, D=shape.D)
+    factor = shape.B * shape.H / variant.kv_group
+    bm, bn = int(program.params.get("BLOCK_M", 128)), int(program.params.get("BLOCK_N", 128))
+    step = 2 * _lcm(bm, bn)
+    if shape.N != shape.M or n % step or n <= 4 * step:
+        return _scaled(interpret(program, group(n), seed=0).counts, factor)
+    points = [(i * step, _flat(interpret(program, group(i * step), seed=0).counts)) for i in (1, 2, 3, 4)]
+    keys = set().union(*(p.keys() for _, p in points))
+    fitted, check = {}, {}
+    for key in keys:
+        xs, ys = [x for x, _ in points[:3]], [p.get(key, 0.0) for _, p in points[:3]]
+        fitted[key] = _lagrange(xs, ys, n)
+        check[key] = _lagrange(xs, ys, points[3][0])
+    if any(abs(check[k] - points[3][1].get(k, 0.0)) > 1e-9 * max(1.0, abs(check[k])) for k in keys):
+        return _scaled(interpret(program, group(n), seed=0).counts, factor)
+    return _scaled(_unflat(fitted), factor)
+
+
+def _lcm(a: int, b: int) -> int:
+    import math
+
+    return a * b // math.gcd(a, b)
+
+
+def _lagrange(xs: list[float], ys: list[float], x: float) -> float:
+    total = 0.0
+    for i, (xi, yi) in enumerate(zip(xs, ys)):
+        term = yi
+        for j, xj in enumerate(xs):
+            if j != i:
+                term *= (x - xj) / (xi - xj)
+        total += term
+    return total
+
+
+def _flat(c: OpCounts) -> dict[str, float]:
+    out = {"mma_flops": c.mma_flops, "vector_flops": c.vector_flops, "sfu_ops": c.sfu_ops}
+    out.update({f"bytes:{k}": v for k, v in c.bytes.items()})
+    return out
+
+
+def _unflat(d: dict[str, float]) -> OpCounts:
+    return OpCounts(mma_flops=d.get("mma_flops", 0.0), vector_flops=d.get("vector_flops", 0.0),
+                    sfu_ops=d.get("sfu_ops", 0.0),
+                    bytes={k.removeprefix("bytes:"): v for k, v in d.items() if k.startswith("bytes:")})
+
+
+def _scaled(c: OpCounts, factor: float) -> OpCounts:
+    return OpCounts(mma_flops=c.mma_flops * factor, vector_flops=c.vector_flops * factor, sfu_ops=c.sfu_ops * factor,
+                    bytes={k: v * factor for k, v in c.bytes.items()})
+
+
+def turing_rooflines(kernel: SuiteKernel, shape: Shape) -> dict[str, dict[str, Any]]:
+    """Per Turing target: the roofline lower bound of this kernel's program at `shape` (interpreter counts)."""
+    from flashgen.roofline import estimate
+    from flashgen.targets import get_target
+
+    if kernel.program is None:
+        return {}
+    variant = Variant(causal=kernel.causal)
+    counts = interpreted_counts(kernel.program, variant, shape)
+    out = {}
+    for name in TURING_ROOFLINE_TARGETS:
+        est = estimate(counts, get_target(name), kernel.dtype)
+        out[name] = {"time_ms": est.time_s * 1e3, "bound": est.bound,
+                     "tflops": est.tflops_at_bound(shape.flops(kernel.causal)), "tensor_dtype": est.tensor_dtype}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------------
+
+class SuiteRow(BaseModel):
+    dtype: str
+    variant: str
+    causal: bool
+    shape: Shape
+    kernel: str | None = None
+    status: str = Field(default="not run", description="timed | not built | compile failed | verify failed | "
+                        "bench failed: ... | not run")
+    ours: BenchEntry | None = None
+    baselines: dict[str, BenchEntry] = Field(default_factory=dict)
+    speedup: dict[str, float] = Field(default_factory=dict, description="baseline median / ours (> 1: ours is faster)")
+    roofline_other: dict[str, dict[str, Any]] = Field(default_factory=dict,
+                                                      description="Turing path: the bound on T4 / RTX 8000")
+
+    def fill_speedups(self) -> None:
+        self.speedup = {}
+        if self.ours is None or self.ours.stats is None:
+            return
+        for name, entry in self.baselines.items():
+            if entry.stats is not None:
+                self.speedup[name] = speedup(entry.stats.median_ms, self.ours.stats.median_ms)
+
+
+class MinSpeedup(BaseModel):
+    value: float
+    shape: str
+
+
+class SuiteSummary(BaseModel):
+    rows: int = 0
+    timed: int = 0
+    geomean_speedup: dict[str, float] = Field(default_factory=dict, description="per baseline, over the rows "
+                                              "where both were timed")
+    min_speedup: dict[str, MinSpeedup] = Field(default_factory=dict)
+    compared: dict[str, int] = Field(default_factory=dict, description="rows in each geomean")
+
+
+class SuiteResult(BaseModel):
+    suite: str = "fa2"
+    gpu: str = Field(description="the GPU the suite is for (flashgen target name)")
+    arch_path: str = Field(description="the code path timed (sm_80 or sm_75)")
+    kernel_arch: str | None = Field(default=None, description="the arch the sources are written for (manifest.arch)")
+    translation_target: str
+    compile_arch: str | None = None
+    created: str = Field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    env: dict[str, Any] = Field(default_factory=dict)
+    settings: dict[str, Any] = Field(default_factory=dict)
+    kernels: list[SuiteKernel] = Field(default_factory=list)
+    rows: list[SuiteRow] = Field(default_factory=list)
+    summary: SuiteSummary = Field(default_factory=SuiteSummary)
+    seconds: dict[str, float] = Field(default_factory=dict, description="wall time per stage")
+
+    def summarize(self) -> SuiteSummary:
+        self.summary = summarize(self.rows)
+        return self.summary
+
+
+def summarize(rows: list[SuiteRow]) -> SuiteSummary:
+    s = SuiteSummary(rows=len(rows), timed=sum(r.status == "timed" for r in rows))
+    names = sorted({n for r in rows for n in r.speedup}, key=lambda n: list(BASELINE_LABELS).index(n)
+                   if n in BASELINE_LABELS else 99)
+    for name in names:
+        pairs = [(r.speedup[name], r) for r in rows if name in r.speedup]
+        s.geomean_speedup[name] = geomean([v for v, _ in pairs])
+        s.compared[name] = len(pairs)
+        value, row = min(pairs, key=lambda p: p[0])
+        s.min_speedup[name] = MinSpeedup(value=value, shape=row_label(row))
+    return s
+
+
+def row_label(row: SuiteRow) -> str:
+    return f"{row.dtype} {row.variant} {shape_text(row.shape)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Running on the GPU
+# ---------------------------------------------------------------------------------------------
+
+def git_commit(root: Path | None = None) -> str | None:
+    """HEAD of the repository (with '+dirty' when the tree differs), else $FLASHGEN_GIT_COMMIT."""
+    root = root or Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=False)
+        if head.returncode == 0:
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                   capture_output=True, text=True, timeout=20, check=False).stdout.strip()
+            return head.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return os.environ.get("FLASHGEN_GIT_COMMIT") or None
+
+
+def toolchain_info() -> dict[str, Any]:
+    """nvcc release, date and git commit: the parts of the environment the worker does not report."""
+    import re
+
+    info: dict[str, Any] = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                            "git_commit": git_commit()}
+    try:
+        from flashgen.harness.compile import nvcc_version
+
+        m = re.search(r"release [\d.]+, V([\d.]+)", nvcc_version())
+        info["nvcc"] = m.group(1) if m else nvcc_version().splitlines()[-1]
+    except FlashgenError as exc:
+        info["nvcc"] = None
+        info["nvcc_error"] = str(exc)
+    return info
+
+
+def run_suite(gpu: str, suite: str = "fa2", arch_path: str | None = None, *, select: str | None = None,
+              baselines: bool = True, flex: FlexMode = "dynamic", min_time_s: float = 0.1, jobs: int | None = None,
+              job_timeout_s: float = 300.0, out: Path | None = None,
+              progress: Callable[[str], None] = lambda _msg: None) -> SuiteResult:
+    """Build, compile (in parallel), verify on SUITE_CHECK_CASES and time every row beside the baselines.
+    Writes `out` after every kernel, so a run cut short still leaves what it measured."""
+    from flashgen.harness.verify import default_cases
+    from flashgen.harness.worker import GpuWorker, KernelInput, device_arch, have_gpu
+
+    if flex not in FLEX_MODES:
+        raise UsageError(f"flex must be one of {', '.join(FLEX_MODES)}")
+    if not have_gpu():
+        raise UsageError("no CUDA GPU here (cupy cannot see a device); `flashgen bench --suite fa2 --compile-only` "
+                         "builds and compiles the kernels without one")
+    rows_spec = suite_rows(suite, select)
+    target = translation_target(gpu, arch_path)
+    t0 = time.monotonic()
+    kernels = build_suite_kernels(gpu, rows_spec, arch_path)
+    built = time.monotonic()
+    arch = device_arch()
+    progress(f"built {sum(k.source is not None for k in kernels)}/{len(kernels)} kernels for {target.arch} "
+             f"in {built - t0:.1f} s; compiling for {arch}")
+    compile_suite_kernels(kernels, arch, jobs)
+    compiled = time.monotonic()
+    progress(f"compiled in {compiled - built:.1f} s")
+    result = SuiteResult(suite=suite, gpu=gpu, arch_path=code_path(target.arch), kernel_arch=target.arch,
+                         translation_target=target.name,
+                         compile_arch=arch, kernels=kernels,
+                         settings={"min_time_s": min_time_s, "baselines": baselines, "flex": flex,
+                                   "verify_cases": list(SUITE_CHECK_CASES),
+                                   "verify_note": "each kernel is verified on this small subset of "
+                                   "harness.verify.default_cases before timing; the full set runs in the GPU tests",
+                                   "select": select, "speedup": "baseline median time / ours (> 1: ours is faster)"},
+                         seconds={"build": round(built - t0, 2), "compile": round(compiled - built, 2)})
+    result.env.update(toolchain_info())
+    by_key = {k.key: k for k in kernels}
+    for dtype, variant, shape in rows_spec:
+        k = by_key[(dtype.value, variant.name, shape.D)]
+        row = SuiteRow(dtype=dtype.value, variant=variant.name, causal=variant.causal, shape=shape, kernel=k.name)
+        if k.source is None:
+            row.status = f"not built: {k.build_error}"
+        elif not k.compiled:
+            row.status = "compile failed"
+        elif k.arch is not None and code_path(k.arch) == "sm_75":
+            row.roofline_other = turing_rooflines(k, shape)
+        result.rows.append(row)
+    with GpuWorker(job_timeout_s=job_timeout_s) as worker:
+        env = worker.call("flashgen.harness.worker:environment_info")
+        if env.ok:
+            result.env.update(env.value)
+        for k in kernels:
+            if k.source is None or not k.compiled:
+                continue
+            mine = [r for r in result.rows if (r.dtype, r.variant, r.shape.D) == k.key]
+            kernel_input = KernelInput(manifest=k.manifest, source=k.source)
+            started = time.monotonic()
+            cases = [c for c in default_cases(k.manifest) if c.name in SUITE_CHECK_CASES]
+            report = worker.verify(kernel_input, cases=cases, timeout_s=min(job_timeout_s, 120.0))
+            k.verify = {"ok": bool(report.ok), "cases": [c.name for c in cases], "seed": getattr(report, "seed", None),
+                        "summary": (report.summary or "")[:1500]}
+            if not report.ok:
+                for r in mine:
+                    r.status = "verify failed"
+                progress(f"{k.name}: FAILS verification; not timed")
+                _write(result, out)
+                continue
+            timed = worker.call("flashgen.harness.bench:bench_kernels", timeout_s=job_timeout_s,
+                                kernels=[kernel_input], shapes=[r.shape for r in mine], baselines=baselines,
+                                min_time_s=min_time_s, flex=flex)
+            if not timed.ok:
+                for r in mine:
+                    r.status = f"bench failed: {(timed.error or '').splitlines()[0] if timed.error else '?'}"
+            else:
+                _fill_rows(mine, timed.value.entries, k.name)
+                result.env.setdefault("bench_target", timed.value.target)
+            result.seconds[f"time {k.name}"] = round(time.monotonic() - started, 2)
+            progress(f"{k.name}: {sum(r.status == 'timed' for r in mine)}/{len(mine)} shapes timed in "
+                     f"{time.monotonic() - started:.1f} s")
+            result.summarize()
+            _write(result, out)
+    result.seconds["total"] = round(time.monotonic() - t0, 2)
+    result.summarize()
+    _write(result, out)
+    return result
+
+
+def _fill_rows(rows: list[SuiteRow], entries: list[BenchEntry], kernel_name: str | None) -> None:
+    for row in rows:
+        text = shape_text(row.shape)
+        for e in entries:
+            if shape_text(e.shape) != text or e.variant != row.variant or e.dtype != row.dtype:
+                continue
+            if e.kind == "kernel" and e.name == kernel_name:
+                row.ours = e
+            elif e.kind == "baseline":
+                row.baselines[e.name] = e
+        if row.ours is not None and row.ours.ok and row.ours.stats is not None:
+            row.status = "timed"
+        else:
+            why = (row.ours.error or row.ours.skipped) if row.ours is not None else "no entry"
+            row.status = f"bench failed: {why}"
+        row.fill_speedups()
+
+
+def _write(result: SuiteResult, out: Path | None) -> None:
+    if out is None:
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(result.model_dump_json(indent=1))
+    tmp.replace(out)
+
+
+def load_results(paths: list[str]) -> list[SuiteResult]:
+    """Suite JSON files -> SuiteResults; one-line InputError for anything else."""
+    from pydantic import ValidationError
+
+    from flashgen.errors import InputError
+
+    out = []
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"{path}: no such file")
+        try:
+            out.append(SuiteResult.model_validate_json(p.read_text()))
+        except (ValidationError, ValueError) as exc:
+            first = exc.errors()[0] if isinstance(exc, ValidationError) else {"loc": (), "msg": str(exc)}
+            where = ".".join(map(str, first["loc"])) or "document"
+            raise InputError(f"{path}: not a suite result ({where}: {first['msg']}); `flashgen bench --suite` "
+                             "writes them") from None
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Markdown report (docs/performance.md)
+# ---------------------------------------------------------------------------------------------
+
+def _fmt(x: float | None, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def environment_line(result: SuiteResult) -> str:
+    e = result.env
+    parts = [f"GPU {e.get('gpu') or '?'} ({e.get('arch') or '?'})", f"driver {e.get('nvidia_driver') or e.get('driver') or '?'}",
+             f"CUDA runtime {e.get('cuda_runtime') or '?'}", f"nvcc {e.get('nvcc') or '?'}",
+             f"torch {e.get('torch') or '?'}", f"cupy {e.get('cupy') or '?'}",
+             f"commit {(e.get('git_commit') or '?')[:12]}", f"date {(e.get('date') or result.created)[:10]}"]
+    return "; ".join(parts)
+
+
+def _path_title(result: SuiteResult) -> str:
+    return (f"{result.arch_path} code path (translated for {result.translation_target}, "
+            f"{result.kernel_arch or '?'}; compiled for {result.compile_arch or '?'}) on "
+            f"{result.env.get('gpu') or result.gpu}")
+
+
+def render_markdown(results: list[SuiteResult]) -> str:
+    """The performance document: per result a table (one row per shape) and its summary; with results
+    of two code paths on the same GPU, the ratio between them per shape."""
+    lines = ["# Performance", "",
+             "Generated by `flashgen bench report` from suite results (`flashgen bench --suite fa2`). TFLOP/s by "
+             "FlashAttention's count (4·B·H·N·M·D, halved for causal) over the median time, each call after an L2 "
+             "flush. **× X = X's time / ours**: above 1 our kernel is faster. FLASH, CUDNN and EFFICIENT are torch "
+             "SDPA with that backend pinned; Flex is `torch.compile(flex_attention)`.", ""]
+    for result in results:
+        lines += _result_section(result)
+    lines += _cross_path_section(results)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _result_section(result: SuiteResult) -> list[str]:
+    s = result.summary if result.summary.rows else summarize(result.rows)
+    turing = any(r.roofline_other for r in result.rows)
+    head = ["dtype", "D", "mask", "B", "H", "N", "ours TFLOP/s", "% roof"]
+    head += [f"{label} TFLOP/s" for label in BASELINE_LABELS.values()]
+    head += [f"× {BASELINE_LABELS[n]}" for n in SUMMARY_BASELINES]
+    if turing:
+        head += [f"{t} roof TFLOP/s" for t in TURING_ROOFLINE_TARGETS]
+    lines = [f"## {result.suite}: {_path_title(result)}", "", environment_line(result) + ".", "",
+             f"Settings: min time {result.settings.get('min_time_s', '?')} s per measurement; FlexAttention "
+             f"{result.settings.get('flex', '?')}; each kernel verified on {', '.join(result.settings.get('verify_cases', []))} "
+             "before timing.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in result.rows:
+        cells = [r.dtype, str(r.shape.D), r.variant, str(r.shape.B), str(r.shape.H), str(r.shape.N)]
+        if r.status != "timed":
+            why = r.status.replace("|", "/")
+            why = why if len(why) <= 80 else why[:77] + "..."
+            cells += [why, "-"]
+        else:
+            cells += [_fmt(r.ours.tflops), _fmt(r.ours.roofline_pct, ".0f")]
+        cells += [_fmt(r.baselines[n].tflops) if n in r.baselines else "-" for n in BASELINE_LABELS]
+        cells += [_fmt(r.speedup.get(n), ".2f") for n in SUMMARY_BASELINES]
+        if turing:
+            cells += [_fmt(r.roofline_other.get(t, {}).get("tflops")) for t in TURING_ROOFLINE_TARGETS]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Summary ({s.timed} of {s.rows} shapes timed):", ""]
+    lines += ["| baseline | geomean × (baseline time / ours) | min × | at | shapes |", "|---|---|---|---|---|"]
+    for name, g in s.geomean_speedup.items():
+        m = s.min_speedup[name]
+        lines.append(f"| {BASELINE_LABELS.get(name, name)} | {g:.3f} | {m.value:.3f} | {m.shape} | {s.compared[name]} |")
+    if not s.geomean_speedup:
+        lines.append("| (nothing timed) | - | - | - | 0 |")
+    failed = [k for k in result.kernels if k.build_error or (k.compile and not k.compiled)
+              or (k.verify is not None and not k.verify.get("ok"))]
+    if failed:
+        lines += ["", "Kernels not timed:", ""]
+        for k in failed:
+            why = k.build_error or k.compile.get("error") or ("verification failed" if k.verify else "")
+            lines.append(f"- {k.dtype} {k.variant} d{k.head_dim}: {why.splitlines()[0] if why else '?'}")
+    spills = [k for k in result.kernels if k.compile.get("spills")]
+    if spills:
+        lines += ["", "Register spills: " + ", ".join(k.name or "?" for k in spills) + "."]
+    return lines + [""]
+
+
+def _cross_path_section(results: list[SuiteResult]) -> list[str]:
+    """Per GPU with two paths: (path B TFLOP/s) / (path A TFLOP/s) at every shape both timed."""
+    lines: list[str] = []
+    by_gpu: dict[str, list[SuiteResult]] = {}
+    for r in results:
+        by_gpu.setdefault(str(r.env.get("gpu") or r.gpu), []).append(r)
+    for gpu, group in by_gpu.items():
+        paths = sorted({r.arch_path for r in group}, reverse=True)
+        if len(paths) < 2:
+            continue
+        base = next(r for r in group if r.arch_path == paths[0])
+        for other in (r for r in group if r.arch_path != paths[0]):
+            ours_base = {row_label(r): r for r in base.rows if r.status == "timed"}
+            pairs = [(row, ours_base[row_label(row)]) for row in other.rows
+                     if row.status == "timed" and row_label(row) in ours_base]
+            lines += [f"## {other.arch_path} path beside the {base.arch_path} path on {gpu}", "",
+                      f"Speed of the {other.arch_path} path relative to the {base.arch_path} path at the same shapes "
+                      f"({base.arch_path} time / {other.arch_path} time; below 1 the {other.arch_path} path is slower).",
+                      "", f"| dtype | D | mask | N | {base.arch_path} TFLOP/s | {other.arch_path} TFLOP/s | ratio |",
+                      "|---|---|---|---|---|---|---|"]
+            ratios = []
+            for row, ref in pairs:
+                ratio = speedup(ref.ours.stats.median_ms, row.ours.stats.median_ms)
+                ratios.append(ratio)
+                lines.append(f"| {row.dtype} | {row.shape.D} | {row.variant} | {row.shape.N} | {_fmt(ref.ours.tflops)} | "
+                             f"{_fmt(row.ours.tflops)} | {ratio:.2f} |")
+            g = geomean(ratios)
+            lines += ["", f"Geomean ratio over {len(ratios)} shapes: {_fmt(g, '.3f')}.", ""]
+    return lines
+
+
+def summary_lines(result: SuiteResult) -> list[str]:
+    """A few lines for a terminal: the path, how many shapes were timed, geomean and min speedups."""
+    s = result.summary if result.summary.rows else summarize(result.rows)
+    out = [f"{result.suite} {result.arch_path} path on {result.env.get('gpu') or result.gpu}: {s.timed}/{s.rows} "
+           "shapes timed"]
+    for name, g in s.geomean_speedup.items():
+        m = s.min_speedup[name]
+        out.append(f"  × {BASELINE_LABELS.get(name, name)}: geomean {g:.3f}, min {m.value:.3f} at {m.shape} "
+                   f"({s.compared[name]} shapes)")
+    return out

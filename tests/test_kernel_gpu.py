@@ -1,0 +1,74 @@
+"""Every variant x dtype x head dim of the reference translator, built the way `flashgen generate` builds
+it (library TL -> check -> translate) and verified by the harness's whole verification suite on the GPU
+present (the sm_80 code path, compiled for that GPU)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from flashgen.variant import DType, Norm, Variant
+
+# The spawned worker imports by module path: it needs the repo root on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+pytestmark = pytest.mark.gpu
+
+GPU = "h200"  # its translator path is the sm_80 one; the harness compiles it for the GPU present
+VARIANTS = {
+    "plain": Variant(),
+    "causal": Variant(causal=True),
+    "window": Variant(causal=True, window=48),
+    "alibi": Variant(alibi=True),
+    "softcap": Variant(softcap=5.0),
+    "gqa": Variant(kv_group=2),
+    "mqa": Variant(kv_group=4),
+    "relu": Variant(norm=Norm.relu),
+    "sigmoid": Variant(norm=Norm.sigmoid),
+    "lse": Variant(return_lse=True),
+    "causal_alibi_softcap_lse": Variant(causal=True, alibi=True, softcap=30.0, return_lse=True),
+    "decode_splitkv": Variant(split_kv=True, return_lse=True),
+}
+HEAD_DIMS = (64, 96, 128, 256)
+MATRIX = [(name, dtype, d) for name in VARIANTS for dtype in DType for d in HEAD_DIMS]
+
+
+def _build(name: str, dtype: DType, head_dim: int):
+    from flashgen.harness.suite import build_expert_kernel
+
+    source, manifest, _tl = build_expert_kernel(GPU, dtype.value, VARIANTS[name], head_dim)
+    return source, manifest
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """Every kernel built, and compiled in parallel into the cache the worker reads."""
+    from flashgen.harness.compile import compile_many
+    from flashgen.harness.worker import device_arch
+
+    built = {key: _build(*key) for key in MATRIX}
+    results = compile_many([source for source, _ in built.values()], device_arch())
+    failed = [f"{key}: {r.feedback_text(300)}" for key, r in zip(built, results) if not r.ok]
+    assert not failed, "\n".join(failed)
+    return built
+
+
+@pytest.fixture(scope="module")
+def worker():
+    from flashgen.harness.worker import GpuWorker
+
+    with GpuWorker(job_timeout_s=240) as w:
+        yield w
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("dtype", list(DType), ids=lambda d: d.value)
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_translated_kernel_passes_verification(kernels, worker, name, dtype, head_dim):
+    from flashgen.harness.worker import KernelInput
+
+    source, manifest = kernels[(name, dtype, head_dim)]
+    report = worker.verify(KernelInput(manifest=manifest, source=source))
+    assert report.ok, report.summary
