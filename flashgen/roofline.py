@@ -23,8 +23,9 @@ class OpCounts(BaseModel):
     sfu_ops: float = Field(default=0.0, description="transcendental evaluations: exp/exp2/tanh/log/sigmoid")
     bytes: dict[str, float] = Field(
         default_factory=dict,
-        description="bytes moved per (level, direction), keys like 'global_read', 'global_write', "
-        "'shared_read', 'shared_write'",
+        description="bytes moved per (level, direction), keys like 'global_read', 'global_write' (every "
+        "global access as written: L2 traffic), 'dram_read', 'dram_write' (compulsory DRAM traffic: each global "
+        "tensor once), 'shared_read', 'shared_write'",
     )
 
     def add(self, other: "OpCounts") -> "OpCounts":
@@ -45,13 +46,18 @@ class OpCounts(BaseModel):
 #            are not fused), so the rate is the FP32 FMA peak / 2 (the peak counts an FMA as 2).
 # - sfu:     exp/exp2/tanh/log/sigmoid each take one special-function-unit result; the SFU gives
 #            16 results/clock/SM on 7.5..9.0 (programming guide throughput table) at the boost clock.
-# - memory:  bytes whose key starts with "global" over the datasheet DRAM bandwidth.
+# - memory:  max(dram, l2). dram: the compulsory DRAM bytes ('dram_read' + 'dram_write': each global
+#            tensor once) over the DRAM bandwidth; l2: the bytes as written (keys starting with "global":
+#            a K/V tile re-read by every query tile, which L2 serves) over the target's L2 bandwidth.
+#            Counts without the dram keys (older producers) keep the earlier rule: the "global" bytes
+#            over the DRAM bandwidth; `memory_note` says so.
 # - shared:  bytes whose key starts with "shared" over 128 B/clock/SM (32 banks x 4 B) at boost clock.
 # The units run concurrently, so the bound is the largest term (`time_s`); `serial_time_s` is
 # their sum, what a kernel that overlaps nothing would approach.
 # ---------------------------------------------------------------------------------------------
 
 Term = Literal["tensor", "vector", "sfu", "memory", "shared"]
+DRAM_KEYS = frozenset({"dram_read", "dram_write"})
 
 
 class RooflineEstimate(BaseModel):
@@ -66,7 +72,11 @@ class RooflineEstimate(BaseModel):
     tensor_s: float
     vector_s: float
     sfu_s: float
-    memory_s: float
+    memory_s: float = Field(description="max(dram_s, l2_s), or the earlier rule (see memory_note)")
+    dram_s: float = Field(description="compulsory DRAM bytes over the DRAM bandwidth")
+    l2_s: float | None = Field(default=None, description="as-written global bytes over the L2 bandwidth; None when "
+                               "the counts lack the DRAM keys")
+    memory_note: str | None = Field(default=None, description="how memory_s was computed when not max(dram_s, l2_s)")
     shared_s: float
     time_s: float = Field(description="lower bound: the largest term (units overlap perfectly)")
     serial_time_s: float = Field(description="sum of the terms (no overlap)")
@@ -102,7 +112,7 @@ def _tensor_rate(target: Target, dtype: str, ceiling: str) -> tuple[str, float, 
 def estimate(counts: OpCounts, target: Target, dtype: DType | str,
              ceiling: Literal["datasheet", "measured"] = "datasheet") -> RooflineEstimate:
     """Lower bound on the run time of `counts` on `target` for element type `dtype` (fp16/bf16/fp32).
-    ceiling="measured" uses the target's measured GEMM/copy ceilings where it has them."""
+    ceiling="measured" uses the target's measured GEMM/copy/L2 ceilings where it has them."""
     dtype_name = getattr(dtype, "value", dtype)
     if dtype_name not in ("fp16", "bf16", "fp32"):
         raise ValueError(f"unknown dtype {dtype_name!r}; expected fp16, bf16 or fp32")
@@ -116,17 +126,28 @@ def estimate(counts: OpCounts, target: Target, dtype: DType | str,
     shared_bytes_per_s = target.shared_bytes_per_clk_per_sm * target.sm_count * clock_hz
     global_bytes = sum(v for k, v in counts.bytes.items() if k.startswith("global"))
     shared_bytes = sum(v for k, v in counts.bytes.items() if k.startswith("shared"))
+    if DRAM_KEYS & counts.bytes.keys():
+        dram_s = sum(counts.bytes.get(k, 0.0) for k in DRAM_KEYS) / (bandwidth_gbs * 1e9)
+        l2_gbs = target.measured.get("l2_gbs", target.l2_bandwidth_gbs) if ceiling == "measured" \
+            else target.l2_bandwidth_gbs
+        l2_s: float | None = global_bytes / (l2_gbs * 1e9)
+        memory_s, memory_note = max(dram_s, l2_s), None
+    else:
+        dram_s = memory_s = global_bytes / (bandwidth_gbs * 1e9)
+        l2_s, memory_note = None, ("counts have no dram_read/dram_write: every global byte as written is "
+                                   "charged to DRAM (earlier rule, an overestimate where tiles are re-read)")
     terms: dict[str, float] = {
         "tensor": counts.mma_flops / (tensor_tflops * 1e12),
         "vector": counts.vector_flops / vector_ops_per_s,
         "sfu": counts.sfu_ops / sfu_ops_per_s,
-        "memory": global_bytes / (bandwidth_gbs * 1e9),
+        "memory": memory_s,
         "shared": shared_bytes / shared_bytes_per_s,
     }
     bound = max(terms, key=terms.__getitem__)
     return RooflineEstimate(target=target.name, dtype=dtype_name, ceiling=ceiling, tensor_dtype=used, tensor_note=note,
                             tensor_tflops=tensor_tflops, tensor_s=terms["tensor"], vector_s=terms["vector"],
-                            sfu_s=terms["sfu"], memory_s=terms["memory"], shared_s=terms["shared"],
+                            sfu_s=terms["sfu"], memory_s=terms["memory"], dram_s=dram_s, l2_s=l2_s,
+                            memory_note=memory_note, shared_s=terms["shared"],
                             time_s=terms[bound], serial_time_s=sum(terms.values()), bound=bound)
 
 

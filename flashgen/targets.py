@@ -15,6 +15,14 @@ Every number names its source in a comment. Abbreviations used there:
 - [GH100] NVIDIA H100 Tensor Core GPU Architecture whitepaper; [H100-DS] H100 datasheet.
 - [H200-DS] NVIDIA H200 datasheet (sparse figures halved for dense).
 - [ANCHORS] /work/shared/reference/anchors.md: measured on one H200 (device query + benchmarks).
+- [GPUB]  te42kyfo/gpu-benches (github), gpu-l2-cache/*.txt: L2 read bandwidth measured with one block
+          per SM re-reading an L2-resident buffer (files h200.txt, h100_pcie.txt, a100_80.txt, l40.txt);
+          its README's cuda-cache example gives 2544 GB/s L2 read on a V100 PCIe (80 SMs, 1380 MHz).
+- [L2RULE] where no measurement of the part was found: a measured part's L2 bytes/clock/SM times this
+          part's SM count and boost clock. Ada/GA102 from the L40 (AD102, 142 SMs, 2490 MHz boost,
+          5.2 TB/s [GPUB] -> 14.7 B/clk/SM; GA102 has no published figure, so it takes its successor's
+          rate); Turing from the V100 (23.0 B/clk/SM [GPUB]), whose memory hierarchy TU104 shares
+          (Jia et al., "Dissecting the NVidia Turing T4 GPU via Microbenchmarking", arXiv 1903.07486).
 
 Tensor TFLOP/s are dense (no 2:4 sparsity) with fp32 accumulation, the way flashgen's kernels
 accumulate. GeForce parts (RTX 3090, RTX 4090) run fp16/bf16 mma with fp32 accumulate at half
@@ -61,6 +69,8 @@ class Target(BaseModel):
     mma: tuple[MmaShape, ...]
     peak_tflops: dict[str, float] = Field(description="dense tensor-core TFLOP/s per input dtype (fp32 = plain FMA)")
     mem_bandwidth_gbs: float
+    l2_bandwidth_gbs: float = Field(description="L2 read bandwidth all SMs together can draw (microbenchmark "
+                                    "figure or [L2RULE]); the roofline's rate for traffic that re-reads tiles")
     has_cp_async: bool
     has_bf16_mma: bool
     # Added fields (the roofline and the checker use them).
@@ -74,7 +84,7 @@ class Target(BaseModel):
                                      "(sm_90a: wgmma, setmaxnreg)")
     has_tma: bool = False
     measured: dict[str, float] = Field(default_factory=dict, description="measured ceilings on a real device: "
-                                       "'<dtype>_gemm_tflops', 'copy_gbs' (read + write)")
+                                       "'<dtype>_gemm_tflops', 'copy_gbs' (read + write), 'l2_gbs'")
 
     @property
     def tensor_dtypes(self) -> tuple[str, ...]:
@@ -132,6 +142,7 @@ _TARGET_LIST = [
         peak_tflops={"fp16": 65.0,  # [TU] 65 TFLOPS mixed-precision FP16/FP32 = 40 SM x 1024 flop/clk x 1.59 GHz
                      "fp32": 8.1},  # [TU] 8.1 TFLOPS single precision
         mem_bandwidth_gbs=320,  # [TU] 320 GB/s GDDR6
+        l2_bandwidth_gbs=1465,  # [L2RULE] 23.0 B/clk/SM (V100) x 40 SMs x 1.59 GHz
     ),
     Target(
         name="rtx8000", aliases=("quadro rtx 8000", "rtx 8000", "quadro rtx8000", "quadro 8000"),
@@ -142,6 +153,7 @@ _TARGET_LIST = [
         peak_tflops={"fp16": 130.5,  # [TU] 130.5 TFLOPS FP16 tensor with FP32 accumulate (Quadro: full rate)
                      "fp32": 16.3},  # [TU] 16.3 TFLOPS single precision
         mem_bandwidth_gbs=672,  # [TU] 672 GB/s GDDR6
+        l2_bandwidth_gbs=2935,  # [L2RULE] 23.0 B/clk/SM (V100) x 72 SMs x 1.77 GHz
     ),
     Target(
         name="a100", aliases=("a100-sxm", "a100 sxm4", "a100-80gb", "a100 80gb", "a100-sxm4-80gb", "nvidia a100"),
@@ -153,6 +165,7 @@ _TARGET_LIST = [
                      "tf32": 156.0,  # [A100-DS] 156 TFLOPS dense TF32
                      "fp32": 19.5},  # [A100-DS] 19.5 TFLOPS FP32
         mem_bandwidth_gbs=2039,  # [A100-DS] A100 80GB SXM: 2,039 GB/s HBM2e
+        l2_bandwidth_gbs=5400,  # [GPUB] a100_80.txt: 5.3-5.5 TB/s for L2-resident sets of 2-28 MB
     ),
     Target(
         name="a10", aliases=("nvidia a10", "a10-24gb"), marketing_name="NVIDIA A10", **_CC86,
@@ -163,6 +176,7 @@ _TARGET_LIST = [
                      "tf32": 62.5,  # [A10-DS] 125 sparse -> 62.5 dense
                      "fp32": 31.2},  # [A10-DS] 31.2 TFLOPS FP32
         mem_bandwidth_gbs=600,  # [A10-DS] 600 GB/s GDDR6
+        l2_bandwidth_gbs=1795,  # [L2RULE] 14.7 B/clk/SM (L40) x 72 SMs x 1.695 GHz
     ),
     Target(
         name="rtx3090", aliases=("3090", "rtx 3090", "geforce rtx 3090"), marketing_name="NVIDIA GeForce RTX 3090",
@@ -174,6 +188,7 @@ _TARGET_LIST = [
                      "tf32": 35.6,  # [GA102] 35.6 TFLOPS TF32 tensor
                      "fp32": 35.6},  # [GA102] 35.6 TFLOPS FP32
         mem_bandwidth_gbs=936,  # [GA102] 936 GB/s GDDR6X
+        l2_bandwidth_gbs=2045,  # [L2RULE] 14.7 B/clk/SM (L40) x 82 SMs x 1.695 GHz
     ),
     Target(
         name="l4", aliases=("nvidia l4",), marketing_name="NVIDIA L4", **_CC89,
@@ -184,6 +199,7 @@ _TARGET_LIST = [
                      "tf32": 60.0,  # [L4-DS] 120 sparse -> 60 dense
                      "fp32": 30.3},  # [L4-DS] 30.3 TFLOPS FP32
         mem_bandwidth_gbs=300,  # [L4-DS] 300 GB/s GDDR6
+        l2_bandwidth_gbs=1740,  # [L2RULE] 14.7 B/clk/SM (L40) x 58 SMs x 2.04 GHz
     ),
     Target(
         name="rtx4090", aliases=("4090", "rtx 4090", "geforce rtx 4090"), marketing_name="NVIDIA GeForce RTX 4090",
@@ -195,6 +211,7 @@ _TARGET_LIST = [
                      "tf32": 82.6,  # [ADA] 82.6 TFLOPS TF32 tensor
                      "fp32": 82.6},  # [ADA] 82.6 TFLOPS FP32
         mem_bandwidth_gbs=1008,  # [ADA] 1008 GB/s GDDR6X
+        l2_bandwidth_gbs=4745,  # [L2RULE] 14.7 B/clk/SM (L40) x 128 SMs x 2.52 GHz
     ),
     Target(
         name="h100", aliases=("h100-sxm", "h100 sxm", "h100-sxm5", "h100 sxm5", "h100-80gb", "nvidia h100"),
@@ -206,6 +223,8 @@ _TARGET_LIST = [
                      "tf32": 494.7,  # [GH100] 494.7 dense TF32
                      "fp32": 66.9},  # [GH100] 66.9 FP32 (at the 1980 MHz max boost, not 1830)
         mem_bandwidth_gbs=3350,  # [H100-DS] 3.35 TB/s HBM3
+        l2_bandwidth_gbs=9700,  # as H200 (same GH100 SMs and clock); [GPUB] h100_pcie.txt: 6.9 TB/s on
+        # the 114-SM PCIe part, which throttles under L2 load (x 132/114 x 1830/1755 would give 8.3)
     ),
     Target(
         name="h200", aliases=("h200-sxm", "h200 sxm", "h200-141gb", "nvidia h200"),
@@ -217,6 +236,7 @@ _TARGET_LIST = [
                      "tf32": 494.5,  # [H200-DS] 989 sparse -> 494.5 dense
                      "fp32": 67.0},  # [H200-DS] 67 TFLOPS FP32 (at the 1980 MHz max boost, as H100)
         mem_bandwidth_gbs=4800,  # [H200-DS] 4.8 TB/s HBM3e
+        l2_bandwidth_gbs=9700,  # [GPUB] h200.txt: 9.5-10.1 TB/s for L2-resident sets of 10-40 MB
         measured={"bf16_gemm_tflops": 702.0,  # [ANCHORS] bf16 8192^3 GEMM, do_bench median
                   "copy_gbs": 4270.0},  # [ANCHORS] device copy, read + write
     ),

@@ -53,3 +53,101 @@ def test_attention_flops_and_percent():
     assert percent_of_roofline(4.0, est) == pytest.approx(25.0)
     with pytest.raises(ValueError):
         percent_of_roofline(0.0, est)
+
+
+# ---------------------------------------------------------------------------------------------
+# The memory term: compulsory DRAM bytes over HBM vs as-written bytes over L2
+# ---------------------------------------------------------------------------------------------
+
+def _interpreted(program_name: str, shape: Shape):
+    from flashgen.tl_spec import library, parse
+    from flashgen.tl_spec.interpreter import interpret
+
+    return interpret(parse(library.load(program_name, "full"), f"{program_name}.full.tl"), shape, seed=0).counts
+
+
+def test_interpreter_counts_causal_bytes_by_hand():
+    """causal.full.tl (64x64 tiles, fp16, LSE fp32) at B=1, H=2, N=M=128, D=64. Per head: row block 0 reads
+    Q (64*64*2 = 8192 B) and one K+V tile pair (16384 B), row block 1 reads Q and two pairs: 65536 B;
+    two heads 131072 B read as written. Written: O 2 heads * 2 blocks * 8192 + LSE 2 * 2 * 64 * 4 = 33792 B.
+    Compulsory: Q, K, V are 2*128*64*2 = 32768 B each (98304 read); O 32768 + LSE 1024 (33792 written)."""
+    counts = _interpreted("causal", Shape(B=1, H=2, N=128, M=128, D=64))
+    assert counts.bytes["global_read"] == 131072 and counts.bytes["global_write"] == 33792
+    assert counts.bytes["dram_read"] == 98304 and counts.bytes["dram_write"] == 33792
+
+
+def test_interpreter_counts_shared_kv_head_once():
+    """gqa.full.tl with H=2 heads on KVH=1: both heads read the one K/V head as written, DRAM sees it once.
+    Non-causal, N=M=128, 64x64 tiles: per head 2 row blocks * (Q 8192 + 2 K/V pairs * 16384) = 81920 B,
+    163840 B for two heads. DRAM: Q 32768 + K 16384 + V 16384 = 65536 B."""
+    counts = _interpreted("gqa", Shape(B=1, H=2, KVH=1, N=128, M=128, D=64))
+    assert counts.bytes["global_read"] == 163840 and counts.bytes["dram_read"] == 65536
+    assert counts.bytes["dram_write"] == counts.bytes["global_write"] == 32768 + 1024
+
+
+def test_interpreter_counts_split_kv_workspace_both_ways():
+    """decode_splitkv.full.tl (16x64 tiles, 4 splits) at B=1, H=2, N=16, M=256, D=64. Tensors: Q 4096 B,
+    K and V 65536 B each, O 4096, LSE 128, workspace O_part 2*4*16*64*4 = 32768 and LSE_part 512 B.
+    The partial kernel writes the workspace and the combine kernel reads it, so it counts both ways:
+    DRAM read = Q + K + V + O_part + LSE_part = 168448 B, DRAM write = workspace + O + LSE = 37504 B.
+    As written: partial reads per (head, split) Q 2048 + one K/V pair 16384 (8 of them: 147456), combine
+    reads per (head, split) 64 + 4096 (33280): 180736 B; every output element is written once (37504 B)."""
+    counts = _interpreted("decode_splitkv", Shape(B=1, H=2, N=16, M=256, D=64))
+    assert counts.bytes["dram_read"] == 168448 and counts.bytes["dram_write"] == 37504
+    assert counts.bytes["global_read"] == 180736 and counts.bytes["global_write"] == 37504
+
+
+def test_memory_term_is_the_larger_of_dram_and_l2_on_h200():
+    h200 = get_target("h200")  # 4800 GB/s HBM, 9700 GB/s L2
+    l2_heavy = OpCounts(bytes={"global_read": 9.7e12 * 0.5, "global_write": 9.7e12 * 0.25,
+                               "dram_read": 4.8e12 * 0.25, "dram_write": 4.8e12 * 0.125})
+    est = estimate(l2_heavy, h200, "fp16")
+    assert est.l2_s == pytest.approx(0.75) and est.dram_s == pytest.approx(0.375)
+    assert est.memory_s == pytest.approx(0.75) and est.bound == "memory" and est.memory_note is None
+    dram_heavy = OpCounts(bytes={"global_read": 9.7e12 * 0.1, "dram_read": 4.8e12 * 0.5})
+    est = estimate(dram_heavy, h200, "fp16")
+    assert est.dram_s == pytest.approx(0.5) and est.l2_s == pytest.approx(0.1) and est.memory_s == pytest.approx(0.5)
+    # the measured copy ceiling replaces the HBM rate for the DRAM part only
+    measured = estimate(dram_heavy, h200, "fp16", ceiling="measured")
+    assert measured.dram_s == pytest.approx(4.8e12 * 0.5 / 4270e9) and measured.l2_s == pytest.approx(0.1)
+
+
+def test_counts_without_dram_keys_keep_the_earlier_rule():
+    a100 = get_target("a100")
+    est = estimate(OpCounts(bytes={"global_read": 2039e9, "global_write": 2039e9}), a100, "fp16")
+    assert est.memory_s == pytest.approx(2.0) and est.dram_s == pytest.approx(2.0) and est.l2_s is None
+    assert est.memory_note and "dram_read" in est.memory_note
+
+
+def test_library_causal_d128_on_h200_is_tensor_bound():
+    """causal fp16 d128, 128x128 tiles (the measured sm_80-family choice), B=4, H=16, N=M=4096 on h200.
+    One (batch, head) group is interpreted and scaled by 64, as the agent does. Per head: 32 row blocks,
+    1+2+...+32 = 528 key tiles. By hand:
+    - mma: 528 tiles * 2 GEMMs * 2*128*128*128 = 4.429e9 per head, 2.835e11 in all -> 0.2865 ms at 989.5 TFLOP/s.
+    - as written: Q 1 MiB + 528 K/V pairs * 65536 B + O 1 MiB + LSE 16 KiB = 36716544 B per head, 2.350e9 B
+      in all -> 0.2423 ms over 9700 GB/s of L2 (the earlier rule, over 4800 GB/s HBM, gave 0.4896 ms and
+      called the kernel memory-bound).
+    - compulsory: Q, K, V, O 1 MiB each + LSE 16 KiB = 4210688 B per head, 2.695e8 B -> 0.0561 ms of HBM.
+    So the bound is the tensor term, 0.2865 ms: 959.6 TFLOP/s by the FlashAttention causal count."""
+    from flashgen.tl_spec import library, parse
+    from flashgen.tl_spec.interpreter import interpret
+    from flashgen.variant import Variant
+
+    text = library.render(Variant(causal=True, return_lse=True), dtype="fp16", arch="sm_90", head_dim=128,
+                          params={"BLOCK_M": 128, "BLOCK_N": 128, "WARPS": 8, "STAGES": 1})
+    one = interpret(parse(text, "causal_d128.tl"), Shape(B=1, H=1, N=4096, M=4096, D=128), seed=0).counts
+    assert one.mma_flops == 528 * 2 * 2 * 128**3
+    assert one.bytes["global_read"] + one.bytes["global_write"] == 36716544
+    assert one.bytes["dram_read"] + one.bytes["dram_write"] == 4210688
+    big = OpCounts(mma_flops=one.mma_flops * 64, vector_flops=one.vector_flops * 64, sfu_ops=one.sfu_ops * 64,
+                   bytes={k: v * 64 for k, v in one.bytes.items()})
+    est = estimate(big, get_target("h200"), "fp16")
+    assert est.tensor_s == pytest.approx(0.2865e-3, rel=1e-3)
+    assert est.l2_s == pytest.approx(0.2423e-3, rel=1e-3) and est.dram_s == pytest.approx(0.0561e-3, rel=1e-3)
+    assert est.memory_s == est.l2_s and est.bound == "tensor" and est.time_s == est.tensor_s
+    assert est.tflops_at_bound(attention_flops(Shape(B=4, H=16, N=4096, M=4096, D=128), causal=True)) \
+        == pytest.approx(959.6, rel=1e-3)
+    # without the DRAM keys the same counts fall back to the earlier, memory-bound verdict
+    old = estimate(OpCounts(mma_flops=big.mma_flops, bytes={k: v for k, v in big.bytes.items()
+                                                            if k.startswith("global")}), get_target("h200"), "fp16")
+    assert old.bound == "memory" and old.memory_s == pytest.approx(0.4896e-3, rel=1e-3)

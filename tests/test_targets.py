@@ -69,3 +69,20 @@ def test_targets_cli():
     assert '"h200"' in runner.invoke(app, ["targets", "--json"]).output
     bad = runner.invoke(app, ["targets", "nope"])
     assert isinstance(bad.exception, UsageError)
+
+
+# L2 bytes/clock/SM of the measured part each derived target is scaled from ([L2RULE] in targets.py):
+# V100 2544 GB/s / (80 SMs x 1.38 GHz), L40 5200 GB/s / (142 SMs x 2.49 GHz).
+L2_RULE = {"t4": 2544 / (80 * 1.38), "rtx8000": 2544 / (80 * 1.38), "a10": 5200 / (142 * 2.49),
+           "rtx3090": 5200 / (142 * 2.49), "l4": 5200 / (142 * 2.49), "rtx4090": 5200 / (142 * 2.49)}
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_l2_bandwidth(name):
+    t = TARGETS[name]
+    # an L2 slower than DRAM, or faster than shared memory, is a typo
+    assert t.mem_bandwidth_gbs < t.l2_bandwidth_gbs < t.shared_bytes_per_clk_per_sm * t.sm_count * t.boost_clock_mhz / 1e3
+    if name in L2_RULE:
+        assert t.l2_bandwidth_gbs == pytest.approx(L2_RULE[name] * t.sm_count * t.boost_clock_mhz / 1e3, rel=0.005)
+    else:  # measured [GPUB]
+        assert t.l2_bandwidth_gbs == {"a100": 5400, "h100": 9700, "h200": 9700}[name]

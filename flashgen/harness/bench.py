@@ -96,7 +96,8 @@ def attention_counts(shape: Shape, variant: Variant, dtype: DType) -> OpCounts:
     reads = (shape.B * shape.H * shape.N * shape.D + 2 * shape.B * shape.kv_heads * shape.M * shape.D) * item
     writes = shape.B * shape.H * shape.N * shape.D * item + (4 * shape.B * shape.H * shape.N if variant.return_lse else 0)
     return OpCounts(mma_flops=shape.flops(variant.causal), sfu_ops=frac * shape.B * shape.H * shape.N * shape.M,
-                    bytes={"global_read": float(reads), "global_write": float(writes)})
+                    bytes={"global_read": float(reads), "global_write": float(writes),
+                           "dram_read": float(reads), "dram_write": float(writes)})
 
 
 def roofline_percent(shape: Shape, variant: Variant, dtype: DType, target_name: str | None, ms: float) -> float | None:

@@ -6,6 +6,10 @@ differ between grid points run from the smallest start to the largest stop with 
 `active` mask, so a bound is honoured exactly per point. Allocations start as NaN so that a missing
 initialisation shows up in the result. Loads zero-fill out-of-range rows; stores drop them.
 
+Byte counts: `global_read`/`global_write` are every Copy from/to global as written (a K tile read by
+each query tile counts each time: L2 traffic); `dram_read`/`dram_write` are the compulsory DRAM
+traffic, each global tensor's size once if any Copy reads it and once if any Copy writes it.
+
 `compare` runs a program and measures its error against `flashgen.reference.attention` for the
 program's declared variant.
 """
@@ -69,9 +73,21 @@ class _Counter:
     vector: float = 0.0
     sfu: float = 0.0
     bytes: dict[str, float] = field(default_factory=dict)
+    # global tensors some Copy read / wrote: each costs its whole size in DRAM traffic once (re-reads of a
+    # tile by other grid points are served by L2, so they count only in global_read/global_write)
+    globals_read: set[str] = field(default_factory=set)
+    globals_written: set[str] = field(default_factory=set)
 
     def add_bytes(self, key: str, value: float) -> None:
         self.bytes[key] = self.bytes.get(key, 0.0) + value
+
+    def compulsory_dram_bytes(self, globals_: dict[str, "_Buffer"]) -> dict[str, float]:
+        """'dram_read' / 'dram_write': the bytes of every global tensor read / written at least once."""
+        def size(name: str) -> float:
+            return float(math.prod(globals_[name].shape) * globals_[name].dtype.itemsize)
+
+        return {"dram_read": sum(map(size, sorted(self.globals_read))),
+                "dram_write": sum(map(size, sorted(self.globals_written)))}
 
 
 def _where(node: Any, program: ast.Program) -> str:
@@ -349,6 +365,8 @@ class _Run:
             dst.is_accumulator = False
             elems = math.prod(dst.shape)
             self.counter.add_bytes("global_read", elems * src.dtype.itemsize * n)
+            if n:
+                self.counter.globals_read.add(src.name)
             if dst.level is ast.Level.shared:
                 self.counter.add_bytes("shared_write", elems * dst.dtype.itemsize * n)
             return
@@ -358,6 +376,8 @@ class _Run:
             self._scatter(src, dst, stmt.dst, active, stmt)
             elems = math.prod(src.shape)
             self.counter.add_bytes("global_write", elems * dst.dtype.itemsize * n)
+            if n:
+                self.counter.globals_written.add(dst.name)
             if src.level is ast.Level.shared:
                 self.counter.add_bytes("shared_read", elems * src.dtype.itemsize * n)
             return
@@ -581,7 +601,8 @@ def interpret(program: ast.Program, shape: Shape, seed: int = 0, inputs: dict[st
         for kernel in program.kernels:
             run.run_kernel(kernel)
     c = run.counter
-    counts = OpCounts(mma_flops=c.mma, vector_flops=c.vector, sfu_ops=c.sfu, bytes=dict(c.bytes))
+    counts = OpCounts(mma_flops=c.mma, vector_flops=c.vector, sfu_ops=c.sfu,
+                      bytes={**c.bytes, **c.compulsory_dram_bytes(run.globals)})
     outputs = {name: run.globals[name].data for name in OUTPUT_NAMES if name in run.globals}
     return InterpretResult(outputs=outputs, counts=counts, inputs=dict(inputs), scale=scale)
 
