@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The one H200 session: GPU tests, then the FA2 suite on the sm_80 and sm_75 code paths, then the report.
 #   run(command="bash benchmarks/h200_session.sh", carry=[".whl"], timeout_s=600)
-# Optional: FLASHGEN_GIT_COMMIT=<sha> (the device copy has no .git), SESSION_BUDGET_S (default 540).
+# Optional: FLASHGEN_GIT_COMMIT=<sha> (the device copy has no .git), SESSION_BUDGET_S (default 540),
+#   PHASE=tests|bench|all (default all): two back-to-back calls (the machine stays warm 30 s) fit more
+#   than one 10-minute call.
 # Every stage runs under `timeout` cut from one deadline, and a failing stage does not stop the next.
 # $OUT receives at most 8 files (all at its top level):
 #   env.txt  pytest-gpu.log  pytest-gpu.xml  suite.log  <date>-h200-fa2-sm_80.json  <date>-h200-fa2-sm_75.json
@@ -11,6 +13,8 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 START=$SECONDS
 BUDGET=${SESSION_BUDGET_S:-540}
+PHASE=${PHASE:-all}
+want() { [ "$PHASE" = all ] || [ "$PHASE" = "$1" ]; }
 left() { echo $((BUDGET - (SECONDS - START))); }
 # a stage's limit: its own cap, but never more than what is left minus what later stages need
 cap() { local want=$1 reserve=$2 avail; avail=$(( $(left) - reserve )); (( avail < want )) && want=$avail; (( want < 5 )) && want=5; echo "$want"; }
@@ -39,22 +43,26 @@ mkdir -p benchmarks/results
 echo "[$((SECONDS - START)) s] environment written"
 
 # ---- warm the compile cache: every suite kernel of both paths, nvcc in parallel (no GPU work) ----
-{
+want bench && {
   echo "== compile-only sm_80 path"; timeout 60 $FG bench --suite fa2 --gpu h200 --arch-path sm_80 --compile-only --jobs 8
   echo "== compile-only sm_75 path"; timeout 60 $FG bench --suite fa2 --gpu h200 --arch-path sm_75 --compile-only --jobs 8
 } > "$OUT/suite.log" 2>&1
 echo "[$((SECONDS - START)) s] suite kernels compiled (see suite.log)"
 
 # ---- GPU tests ---------------------------------------------------------------------------------
-T=$(cap 200 320)
+if want tests; then
+if [ "$PHASE" = tests ]; then T=$(cap 560 0); else T=$(cap 200 320); fi
 echo "[$((SECONDS - START)) s] pytest -m gpu (limit ${T} s)"
 timeout -s INT -k 15 "$T" python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$OUT/pytest-gpu.xml" tests \
   > "$OUT/pytest-gpu.log" 2>&1
 echo "pytest exit $? (124: cut at ${T} s)" >> "$OUT/pytest-gpu.log"
 tail -3 "$OUT/pytest-gpu.log"
+grep -E "^(FAILED|ERROR)" "$OUT/pytest-gpu.log" | head -20
+fi
+want bench || { echo "[$((SECONDS - START)) s] done (phase $PHASE); files: $(ls "$OUT" | tr '\n' ' ')"; exit 0; }
 
 # ---- FA2 suite, sm_80 code path (the H200's own kernels) ----------------------------------------
-T=$(cap 210 110)
+if [ "$PHASE" = bench ]; then T=$(cap 330 170); else T=$(cap 210 110); fi
 echo "[$((SECONDS - START)) s] fa2 suite, sm_80 path (limit ${T} s)"
 { echo "== fa2 sm_80 path"; timeout -k 10 "$T" $FG bench --suite fa2 --gpu h200 --arch-path sm_80 --min-time 0.1 \
     --out "$J80"; echo "exit $?"; } >> "$OUT/suite.log" 2>&1

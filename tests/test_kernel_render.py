@@ -34,12 +34,6 @@ def test_unknown_name_in_an_expression_is_rejected():
         check_expressions(bad)
 
 
-def test_turing_bf16_is_rejected_clearly():
-    plan = plan_for_variant(Variant(), "sm_75", DType.bf16, 64)
-    with pytest.raises(UsageError, match="sm_75"):
-        render(plan)
-
-
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_every_variant_renders_with_an_abi_entry_and_consistent_manifest(name):
     variant = VARIANTS[name]

@@ -33,7 +33,6 @@ from flashgen.variant import DType, Shape
 
 # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES in cuda.h's CUfunction_attribute enum.
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-_DEFAULT_SMEM_LIMIT = 48 * 1024
 _STICKY_CUDA_ERRORS = ("illegal memory access", "illegal address", "unspecified launch failure", "misaligned address",
                        "illegal instruction", "invalid program counter", "hardware stack error",
                        "exception occurred on the device", "device-side assert", "launch timed out",
@@ -205,8 +204,10 @@ class LoadedKernel:
                     self._driver_module = cp.cuda.driver.moduleLoad(cubin_path)
                 handle = cp.cuda.driver.moduleGetFunction(self._driver_module, launch_spec.kernel)
             self.functions[launch_spec.kernel] = int(handle)
+        # The 48 KB a block gets without opting in counts static and dynamic shared memory together, so a
+        # kernel with a little static memory next to 48 KB of dynamic needs the opt-in too: always ask.
         for launch_spec in manifest.launches:
-            if launch_spec.smem_bytes > _DEFAULT_SMEM_LIMIT:
+            if launch_spec.smem_bytes > 0:
                 cp.cuda.driver.funcSetAttribute(self.functions[launch_spec.kernel],
                                                 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                 launch_spec.smem_bytes)

@@ -37,6 +37,10 @@ DEFAULTS: dict[tuple[str, str, int], dict[str, int]] = {
     **{("sm75", "fp16", d): _P(64, 64, 4, 1) for d in (64, 96)},
     ("sm75", "fp16", 128): _P(64, 32, 4, 1),
     ("sm75", "fp16", 256): _P(64, 16, 4, 0),
+    # bf16/fp32 on Turing use fp16 tiles too (scaled on the way in); fp32 stages twice the registers per tile
+    **{("sm75", dt, 64): _P(64, 64, 4, 1) for dt in ("bf16", "fp32")},
+    **{("sm75", dt, d): _P(64, 32, 4, 1) for dt in ("bf16", "fp32") for d in (96, 128)},
+    **{("sm75", dt, 256): _P(64, 16, 4, 0) for dt in ("bf16", "fp32")},
 }
 
 _REG_BUDGET = 255
@@ -65,8 +69,9 @@ def model_params(arch: str, dtype: DType, head_dim: int) -> dict[str, int]:
     from flashgen.translators.render import smem_limit
 
     limit = smem_limit(arch)
-    # Turing stages bf16/fp32 tiles as fp16 in shared memory (docs/turing-dtypes.md)
-    itemsize = 2 if arch == "sm_75" else dtype.itemsize
+    from flashgen.translators.render import smem_itemsize
+
+    itemsize = smem_itemsize(arch, dtype)
     smem_per_sm = {"sm_75": 64 << 10, "sm_86": 100 << 10, "sm_89": 100 << 10}.get(arch, 164 << 10)
     best: tuple[float, dict[str, int]] | None = None
     for warps in (4, 8):
@@ -102,11 +107,12 @@ def choose_params(variant: Variant, target: str, dtype: DType, head_dim: int) ->
         from flashgen.targets import get_target
 
         arch = get_target(target).arch
-    from flashgen.translators.render import smem_limit
+    from flashgen.translators.render import smem_itemsize, smem_limit
 
     key = (_family(arch), dtype.value, head_dim)
+    itemsize = smem_itemsize(arch, dtype)
     for table in (MEASURED, DEFAULTS):
         found = table.get(key)
-        if found is not None and _smem(found["BLOCK_M"], found["BLOCK_N"], head_dim, dtype.itemsize) <= smem_limit(arch):
+        if found is not None and _smem(found["BLOCK_M"], found["BLOCK_N"], head_dim, itemsize) <= smem_limit(arch):
             return dict(found)
     return model_params(arch, dtype, head_dim)

@@ -27,6 +27,8 @@ _INCLUDE = re.compile(r'^\s*#include\s+"(flashgen/[\w./]+)"\s*$', re.MULTILINE)
 _SMEM_FALLBACK = {"sm_75": 64 << 10, "sm_80": 163 << 10, "sm_86": 99 << 10, "sm_89": 99 << 10, "sm_90": 227 << 10}
 _CTYPE = {DType.fp16: "fg::f16", DType.bf16: "fg::bf16", DType.fp32: "fg::f32"}
 COMBINE_ROWS_PER_BLOCK = 4
+_TURING_NOTE = ("{dtype} inputs on sm_75 run on fp16 tensor cores: each Q/K/V tile is stored as fp16 x * 2^-e "
+                "(e from the tile's max |x|), scales folded back exactly in fp32 (docs/turing-dtypes.md)")
 
 
 def smem_limit(arch: str) -> int:
@@ -48,9 +50,27 @@ def _tile_bytes(rows: int, cols: int, itemsize: int) -> int:
     return rows * row_elems * itemsize
 
 
+def smem_itemsize(arch: str, dtype: DType) -> int:
+    """Bytes per shared-memory element: Turing stages bf16/fp32 tiles as scaled fp16 (docs/turing-dtypes.md)."""
+    return 2 if arch == "sm_75" else dtype.itemsize
+
+
+def turing_scaled(plan: KernelPlan) -> bool:
+    """bf16/fp32 on sm_75: per-tile power-of-two scaled fp16 tiles on the fp16-only tensor cores."""
+    return plan.arch == "sm_75" and plan.dtype is not DType.fp16
+
+
+def turing_early_words(plan: KernelPlan) -> int:
+    """16-byte words per thread a Turing bf16/fp32 tile loader keeps in flight across the GEMMs (the rest of the
+    tile is read inside land()). Chosen spill-free with ptxas for sm_75: d256's O accumulator leaves no room."""
+    return 0 if plan.head_dim >= 256 else 4
+
+
 def smem_bytes(plan: KernelPlan) -> int:
-    item = plan.dtype.itemsize
-    return _tile_bytes(plan.block_m, plan.head_dim, item) + 2 * _tile_bytes(plan.block_n, plan.head_dim, item)
+    item = smem_itemsize(plan.arch, plan.dtype)
+    tiles = _tile_bytes(plan.block_m, plan.head_dim, item) + 2 * _tile_bytes(plan.block_n, plan.head_dim, item)
+    # Turing bf16/fp32: one fp32 block-max slot per warp for each of the Q, K and V loaders
+    return tiles + (3 * 4 * plan.warps if turing_scaled(plan) else 0)
 
 
 @lru_cache(maxsize=None)
@@ -80,9 +100,6 @@ def _arch_code_path(plan: KernelPlan) -> str:
 
 def _validate(plan: KernelPlan) -> None:
     check_expressions(plan)
-    if plan.arch == "sm_75" and plan.dtype is not DType.fp16:
-        raise UsageError(f"{plan.name}: {plan.dtype.value} on sm_75 is not implemented yet (Turing tensor cores take "
-                         "fp16 only; see docs/turing-dtypes.md)")
     if plan.stages != 1:
         raise UsageError(f"{plan.name}: stages={plan.stages}: only the FA2 K/V interleave (stages=1) is implemented")
     limit = smem_limit(plan.arch)
@@ -109,7 +126,9 @@ def render(plan: KernelPlan, *, inline: bool = True) -> tuple[str, KernelManifes
     """CUDA source (self-contained but for flashgen_abi.cuh when `inline`) and the manifest to launch it."""
     _validate(plan)
     split = plan.variant.split_kv
-    if plan.dtype is DType.fp32:
+    if turing_scaled(plan):
+        warp_mma = f"fg::warp::attn_mma16<fg::f16, MT, D, BLOCK_N, {str(plan.q_in_regs).lower()}, BLOCK_M>"
+    elif plan.dtype is DType.fp32:
         warp_mma = (f"fg::warp::attn_mma_tf32<MT, D, BLOCK_N, {str(plan.q_in_regs).lower()}, BLOCK_M>")
     else:
         warp_mma = f"fg::warp::attn_mma16<T, MT, D, BLOCK_N, {str(plan.q_in_regs).lower()}, BLOCK_M>"
@@ -118,6 +137,7 @@ def render(plan: KernelPlan, *, inline: bool = True) -> tuple[str, KernelManifes
         warp_mma=warp_mma, split=split, reverse_m=plan.variant.causal and not split,
         softmax=plan.norm.kind is NormKind.softmax,
         raw_scores=plan.norm.kind is NormKind.softmax and not plan.score_mods,
+        turing_scaled=turing_scaled(plan), turing_early_words=turing_early_words(plan),
     )
     source = _environment().get_template("attention_fwd.cu.j2").render(**context)
     if inline:
@@ -136,7 +156,8 @@ def render(plan: KernelPlan, *, inline: bool = True) -> tuple[str, KernelManifes
         num_splits=num_splits_expr(plan) if split else "1",
         params={"BLOCK_M": plan.block_m, "BLOCK_N": plan.block_n, "WARPS": plan.warps, "STAGES": plan.stages,
                 "Q_IN_REGS": int(plan.q_in_regs)},
-        notes=("fp32 inputs run on tf32 tensor cores (10-bit mantissa products, fp32 accumulation)"
+        notes=(_TURING_NOTE.format(dtype=plan.dtype.value) if turing_scaled(plan)
+               else "fp32 inputs run on tf32 tensor cores (10-bit mantissa products, fp32 accumulation)"
                if plan.dtype is DType.fp32 else ""),
     )
     return source, manifest
