@@ -5,9 +5,8 @@ to fp16) and built by the harness for the GPU present: `runnable_arch` builds an
 device's arch (sm_90 on an H200), and the source itself fixes the code path, so a newer GPU runs exactly the
 Turing instructions. Verified by the official harness (`GpuWorker.verify`, default cases), plus adversarial
 inputs beyond fp16's range through `check_custom_inputs` (run inside the worker).
-
-`python3 tests/test_turing_gpu.py --precompile ARCH [--jobs N]` fills the harness compile cache for every
-kernel these tests build (in parallel), so the tests only load cubins.
+The worker fixture first compiles every kernel of the module in parallel into the harness compile cache,
+so the tests only load cubins.
 """
 
 from __future__ import annotations
@@ -34,11 +33,11 @@ HEAD_DIMS = (64, 96, 128, 256)
 
 
 def turing_kernel(variant: Variant, dtype: DType, head_dim: int):
+    """The T4 kernel exactly as `flashgen generate --gpu t4` builds it (library TL -> check -> translate)."""
+    from flashgen.harness.suite import build_expert_kernel
     from flashgen.harness.worker import KernelInput
-    from flashgen.translators.plan import plan_for_variant
-    from flashgen.translators.render import render
 
-    source, manifest = render(plan_for_variant(variant, "sm_75", dtype, head_dim))
+    source, manifest, _tl = build_expert_kernel("t4", dtype.value, variant, head_dim)
     assert manifest.arch == "sm_75" and "#define FG_ARCH 75" in source
     return KernelInput(manifest=manifest, source=source)
 
@@ -47,15 +46,15 @@ def turing_kernel(variant: Variant, dtype: DType, head_dim: int):
 # v scale, per-key-block V decimal exponents or None). Each is meaningful against the fp64 reference:
 # - qk_huge_*: |q|, |k| ~ 1e5..1e15 (scores 1e10..1e30, far past fp16); bf16 inputs convert to fp16 exactly
 #   after the per-tile shift, so even the near one-hot softmax must pick the reference's keys. fp32 (10-bit
-#   rounding of q, k) would flip near-ties at scores ~1e10, so fp32 gets the softcapped form only. With ALiBi
-#   (a score mod): the shared raw-score softmax (no mods) overflows for scores beyond ~2^31 on every arch
-#   (ex2 of fmaf(s, c, -round(max*c)) sees the rounding residual of max*c, hundreds at that size).
+#   rounding of q, k) would flip near-ties at scores ~1e10, so fp32 gets the softcapped form only. Both the
+#   raw-score softmax (no score mods: its huge-row branch) and the score-mod path (ALiBi) are covered.
 # - softcap_huge_*: the same magnitudes under softcap 5: scores saturate, O must be the plain mean pattern.
 # - v_huge / v_tiny: |v| ~ 1e30 / 1e-30 with moderate scores (native fp16 would give inf / 0).
 # - v_ramp_*: V's magnitude changes by up to 1e36 between key tiles, both directions (O's unit moves up;
 #   smaller tiles get P scaled down).
 ADVERSARIAL = [
     ("qk_huge_1e5", Variant(alibi=True), DType.bf16, 64, 1e5, 1.0, None),
+    ("qk_huge_raw_scores", Variant(), DType.bf16, 64, 1e5, 1.0, None),
     ("qk_huge_1e15", Variant(causal=True, alibi=True), DType.bf16, 128, 1e15, 1.0, None),
     ("softcap_huge_bf16", Variant(softcap=5.0), DType.bf16, 64, 1e12, 1.0, None),
     ("softcap_huge_fp32", Variant(softcap=5.0), DType.fp32, 128, 1e12, 1.0, None),
@@ -75,10 +74,22 @@ def check_custom_inputs(kernel_json: str, shape: dict, qk_scale: float, v_scale:
     """(Runs in the worker.) One launch on inputs the harness's random_inputs cannot make (V scaled, per-key
     V magnitudes), checked by the harness's own compare_outputs against the fp64 reference of the rounded
     inputs, with the harness's tolerance for this dtype and q/k magnitude. Returns RunCheck as a dict."""
-    from flashgen.harness.verify import (CheckCase, _DeviceCase, compare_outputs, from_dtype_bits,
-                                         reference_outputs, to_dtype_bits)
-    from flashgen.harness.worker import (KernelInput, _cupy, ensure_compiled, launch, load_kernel,
-                                         runnable_arch)
+    from flashgen.harness.verify import (
+        CheckCase,
+        _DeviceCase,
+        compare_outputs,
+        from_dtype_bits,
+        reference_outputs,
+        to_dtype_bits,
+    )
+    from flashgen.harness.worker import (
+        KernelInput,
+        _cupy,
+        ensure_compiled,
+        launch,
+        load_kernel,
+        runnable_arch,
+    )
     from flashgen.reference import random_inputs
 
     cp = _cupy()
@@ -114,8 +125,13 @@ def check_custom_inputs(kernel_json: str, shape: dict, qk_scale: float, v_scale:
 
 @pytest.fixture(scope="module")
 def worker():
-    from flashgen.harness.worker import GpuWorker
+    """A GPU worker whose compile cache already holds every kernel of this module (nvcc in parallel)."""
+    from flashgen.harness.compile import compile_many
+    from flashgen.harness.worker import GpuWorker, device_arch
 
+    sources = sorted({k.source for k in _all_kernels()})
+    failed = [r.feedback_text(300) for r in compile_many(sources, device_arch()) if not r.ok]
+    assert not failed, "\n".join(failed[:3])
     with GpuWorker(device=0) as w:
         yield w
 
@@ -162,29 +178,3 @@ def _all_kernels():
     kernels = [turing_kernel(v, dt, d) for v in VARIANTS.values() for dt in DType for d in HEAD_DIMS]
     kernels += [turing_kernel(c[1], c[2], c[3]) for c in ADVERSARIAL]
     return kernels
-
-
-def _compile_one(job):
-    from flashgen.harness.compile import compile_cuda
-
-    source, arch = job
-    result = compile_cuda(source, arch)
-    return result.ok, result.cache_hit, result.feedback_text(300)
-
-
-if __name__ == "__main__":
-    import argparse
-    from concurrent.futures import ProcessPoolExecutor
-
-    parser = argparse.ArgumentParser(description="fill the harness compile cache for these tests' kernels")
-    parser.add_argument("--precompile", required=True, metavar="ARCH")
-    parser.add_argument("--jobs", type=int, default=2)
-    args = parser.parse_args()
-    sources = sorted({k.source for k in _all_kernels()})
-    with ProcessPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(_compile_one, [(s, args.precompile) for s in sources]))
-    bad = [r[2] for r in results if not r[0]]
-    print(f"{len(results)} kernels for {args.precompile}: {sum(r[1] for r in results)} cached, {len(bad)} failed")
-    for text in bad[:5]:
-        print(text)
-    sys.exit(1 if bad else 0)

@@ -103,8 +103,6 @@ class Environment:
 
     def check_supported(self, variant: Variant, target, dtype: DType, head_dim: int) -> None:
         """Raise UsageError (one line) when the translator cannot build this combination."""
-        if dtype not in (DType.fp16, DType.bf16):
-            raise UsageError(f"dtype {dtype.value} is not supported by the CUDA translator; use fp16 or bf16")
         from flashgen.translators.plan import plan_for_variant
 
         plan_for_variant(variant, target.arch, dtype, head_dim)  # raises UsageError naming the problem
