@@ -3,7 +3,7 @@
 #   run(command="bash benchmarks/h200_session.sh", carry=[".whl"], timeout_s=600)
 # Optional: FLASHGEN_GIT_COMMIT=<sha> (the device copy has no .git), SESSION_BUDGET_S (default 540),
 #   PHASE=tests|bench|all (default all): two back-to-back calls (the machine stays warm 30 s) fit more
-#   than one 10-minute call.
+#   than one 10-minute call. PYTEST_TARGETS (default: tests) narrows the GPU tests to what changed.
 # Every stage runs under `timeout` cut from one deadline, and a failing stage does not stop the next.
 # $OUT receives at most 8 files (all at its top level):
 #   env.txt  pytest-gpu.log  pytest-gpu.xml  suite.log  <date>-h200-fa2-sm_80.json  <date>-h200-fa2-sm_75.json
@@ -51,9 +51,9 @@ echo "[$((SECONDS - START)) s] suite kernels compiled (see suite.log)"
 
 # ---- GPU tests ---------------------------------------------------------------------------------
 if want tests; then
-if [ "$PHASE" = tests ]; then T=$(cap 560 0); else T=$(cap 200 320); fi
+if [ "$PHASE" = tests ]; then T=$(cap 560 0); else T=$(cap 260 230); fi
 echo "[$((SECONDS - START)) s] pytest -m gpu (limit ${T} s)"
-timeout -s INT -k 15 "$T" python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$OUT/pytest-gpu.xml" tests \
+timeout -s INT -k 15 "$T" python3 -m pytest -m gpu -q -p no:cacheprovider --junitxml="$OUT/pytest-gpu.xml" ${PYTEST_TARGETS:-tests} \
   > "$OUT/pytest-gpu.log" 2>&1
 echo "pytest exit $? (124: cut at ${T} s)" >> "$OUT/pytest-gpu.log"
 tail -3 "$OUT/pytest-gpu.log"
@@ -62,14 +62,14 @@ fi
 want bench || { echo "[$((SECONDS - START)) s] done (phase $PHASE); files: $(ls "$OUT" | tr '\n' ' ')"; exit 0; }
 
 # ---- FA2 suite, sm_80 code path (the H200's own kernels) ----------------------------------------
-if [ "$PHASE" = bench ]; then T=$(cap 330 170); else T=$(cap 210 110); fi
+if [ "$PHASE" = bench ]; then T=$(cap 330 170); else T=$(cap 150 80); fi
 echo "[$((SECONDS - START)) s] fa2 suite, sm_80 path (limit ${T} s)"
 { echo "== fa2 sm_80 path"; timeout -k 10 "$T" $FG bench --suite fa2 --gpu h200 --arch-path sm_80 --min-time 0.1 \
     --out "$J80"; echo "exit $?"; } >> "$OUT/suite.log" 2>&1
 tail -4 "$OUT/suite.log"
 
 # ---- FA2 suite, sm_75 code path compiled for sm_90, same shapes (Flex is the same as above: off) ---
-T=$(cap 150 25)
+T=$(cap 75 10)
 echo "[$((SECONDS - START)) s] fa2 suite, sm_75 path (limit ${T} s)"
 { echo "== fa2 sm_75 path"; timeout -k 10 "$T" $FG bench --suite fa2 --gpu h200 --arch-path sm_75 --min-time 0.1 \
     --no-flex --out "$J75"; echo "exit $?"; } >> "$OUT/suite.log" 2>&1

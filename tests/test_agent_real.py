@@ -114,3 +114,22 @@ def test_gpu_kernel_call_on_torch_tensors(tmp_path):
     o, lse = kernel(q, k, v)
     want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
     assert lse.shape == (2, 4, 200) and torch.allclose(o.float(), want, atol=1e-2, rtol=1e-2)
+
+
+def test_bench_report_becomes_timing_with_ours_beside_the_baselines():
+    from flashgen.agent.environment import _timing_from
+    from flashgen.harness.bench import BenchEntry, BenchReport, timing_stats
+    from flashgen.harness.suite import build_expert_kernel
+    from flashgen.variant import Shape, Variant
+
+    _source, manifest, _tl = build_expert_kernel("h200", "fp16", Variant(causal=True), 64)
+    shape = Shape(B=2, H=4, N=1024, M=1024, D=64)
+    common = dict(dtype="fp16", variant=manifest.variant.name, shape=shape)
+    report = BenchReport(entries=[
+        BenchEntry(name=manifest.name, kind="kernel", ok=True, stats=timing_stats([0.5, 0.5, 0.5]), **common),
+        BenchEntry(name="sdpa_flash", kind="baseline", ok=True, stats=timing_stats([0.4, 0.4, 0.4]), **common),
+        BenchEntry(name="flex", kind="baseline", ok=False, skipped="not here", **common),
+    ])
+    timing = _timing_from(report, shape, manifest)
+    assert timing.ran and timing.time_ms == 0.5 and timing.baselines_ms == {"sdpa_flash": 0.4}
+    assert abs(timing.tflops - shape.flops(True) / 0.5e-3 / 1e12) < 1e-9

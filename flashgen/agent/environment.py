@@ -328,19 +328,16 @@ class Environment:
         return Store(path) if path is not None else Store()
 
 
-def _timing_from(value: Any, shape: Shape, manifest: KernelManifest) -> Timing:
-    """The bench job's value -> Timing (the harness's bench report: ours and the baselines' times)."""
-    rows = value if isinstance(value, list) else getattr(value, "rows", None) or getattr(value, "results", [])
+def _timing_from(report, shape: Shape, manifest: KernelManifest) -> Timing:
+    """The harness's BenchReport -> Timing: our median beside each baseline's that ran."""
     ours, baselines = None, {}
-    for row in rows:
-        get = row.get if isinstance(row, dict) else (lambda key, row=row: getattr(row, key, None))
-        name, ms = get("name") or get("kernel") or "", get("time_ms") or get("median_ms")
-        if ms is None:
+    for entry in report.entries:
+        if not entry.ok or entry.stats is None:
             continue
-        if name == manifest.name:
-            ours = float(ms)
-        else:
-            baselines[str(name)] = float(ms)
+        if entry.kind == "kernel" and entry.name == manifest.name:
+            ours = entry.stats.median_ms
+        elif entry.kind == "baseline":
+            baselines[entry.name] = entry.stats.median_ms
     flops = shape.flops(manifest.variant.causal)
     return Timing(ran=ours is not None, shape=_shape_text(shape), time_ms=ours,
                   tflops=flops / (ours * 1e-3) / 1e12 if ours else None, baselines_ms=baselines)

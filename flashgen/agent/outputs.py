@@ -83,7 +83,8 @@ def render_report(meta: dict[str, Any], result) -> str:
                      f"{usage['shared_static_bytes']} B static shared memory, spills {usage['spill_store_bytes']} B")
     if (timing := meta.get("timings")) is not None:
         base = ", ".join(f"{k} {v:.4g} ms" for k, v in timing["baselines_ms"].items()) or "none"
-        lines.append(f"Timing at {timing['shape']}: {timing['time_ms']:.4g} ms; baselines: {base}")
+        ours = f"{timing['time_ms']:.4g} ms" if timing.get("time_ms") is not None else "not timed"
+        lines.append(f"Timing at {timing['shape']}: {ours}; baselines: {base}")
     if (roof := meta.get("roofline")) is not None:
         lines.append(f"Roofline lower bound at {roof['shape']}: {roof['time_s'] * 1e3:.3g} ms ({roof['bound']}-bound, "
                      f"{roof.get('tflops_at_bound', 0):.0f} TFLOP/s)")
