@@ -28,7 +28,7 @@ class OpCounts(BaseModel):
         "tensor once), 'shared_read', 'shared_write'",
     )
 
-    def add(self, other: "OpCounts") -> "OpCounts":
+    def add(self, other: OpCounts) -> OpCounts:
         merged = dict(self.bytes)
         for key, value in other.bytes.items():
             merged[key] = merged.get(key, 0.0) + value

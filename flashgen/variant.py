@@ -54,7 +54,7 @@ class Variant(BaseModel):
     split_kv: bool = False
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Variant":
+    def _consistent(self) -> Variant:
         if self.window is not None and not self.causal:
             raise ValueError("a sliding window implies causal=True")
         if self.return_lse and self.norm is not Norm.softmax:
@@ -103,13 +103,13 @@ class Shape(BaseModel):
         return self.H if self.KVH is None else self.KVH
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> "Shape":
+    def _heads_divide(self) -> Shape:
         if self.H % self.kv_heads:
             raise ValueError(f"H={self.H} is not a multiple of KVH={self.kv_heads}")
         return self
 
     @classmethod
-    def parse(cls, text: str) -> "Shape":
+    def parse(cls, text: str) -> Shape:
         """Parse 'B=2,H=4,N=200,M=333,D=64[,KVH=2]' (the CLI's --shape)."""
         fields: dict[str, int] = {}
         for item in filter(None, (p.strip() for p in text.split(","))):

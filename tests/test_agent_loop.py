@@ -7,15 +7,22 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loopback.fakes import (FakeEnvironment, cuda_reply, fenced, full_tl, make_store, sketch_tl,  # noqa: E402
-                            PARAMS)
-from loopback.server import LoopbackServer, Scripted  # noqa: E402
+from loopback.fakes import (
+    PARAMS,
+    FakeEnvironment,
+    cuda_reply,
+    fenced,
+    full_tl,
+    make_store,
+    sketch_tl,
+)
+from loopback.server import LoopbackServer
 
-from flashgen.agent.loop import Budget, LoopConfig, resume_loop, run_loop  # noqa: E402
-from flashgen.agent.outputs import write_outputs  # noqa: E402
-from flashgen.agent.providers import OpenAIProvider, RetryPolicy, ScriptedProvider, Task  # noqa: E402
-from flashgen.targets import get_target  # noqa: E402
-from flashgen.variant import DType, Variant  # noqa: E402
+from flashgen.agent.loop import Budget, LoopConfig, resume_loop, run_loop
+from flashgen.agent.outputs import write_outputs
+from flashgen.agent.providers import OpenAIProvider, RetryPolicy, ScriptedProvider, Task
+from flashgen.targets import get_target
+from flashgen.variant import DType, Variant
 
 TASK = Task(variant=Variant(causal=True), target="a100", arch="sm_80", dtype=DType.fp16, head_dim=64)
 SKETCH, FULL = fenced("tl", sketch_tl()), fenced("tl", full_tl())

@@ -5,13 +5,24 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loopback.server import LoopbackServer, Scripted  # noqa: E402
+from loopback.server import LoopbackServer, Scripted
 
-from flashgen.agent import providers  # noqa: E402
-from flashgen.agent.providers import (AnthropicProvider, ChatMessage, ModelRequest, OpenAIProvider, ProviderError,  # noqa: E402
-                                      RetryPolicy, Task, cost_of, make_provider, redact, Usage)
-from flashgen.errors import UsageError  # noqa: E402
-from flashgen.variant import DType, Variant  # noqa: E402
+from flashgen.agent import providers
+from flashgen.agent.providers import (
+    AnthropicProvider,
+    ChatMessage,
+    ModelRequest,
+    OpenAIProvider,
+    ProviderError,
+    RetryPolicy,
+    Task,
+    Usage,
+    cost_of,
+    make_provider,
+    redact,
+)
+from flashgen.errors import UsageError
+from flashgen.variant import DType, Variant
 
 TASK = Task(variant=Variant(), target="a100", arch="sm_80", dtype=DType.fp16, head_dim=64)
 FAST = RetryPolicy(max_attempts=4, base_delay_s=0.0, timeout_s=10)

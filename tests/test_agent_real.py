@@ -3,20 +3,19 @@ static check and nvcc. Without a GPU, verification does not run and the outputs 
 tests (pytest -m gpu) verify and time on the device."""
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from loopback.fakes import make_store  # noqa: E402
-from loopback.server import LoopbackServer  # noqa: E402
+from loopback.fakes import make_store
+from loopback.server import LoopbackServer
 
-from flashgen.agent.environment import Environment  # noqa: E402
-from flashgen.agent.loop import LoopConfig, run_loop  # noqa: E402
-from flashgen.agent.providers import OpenAIProvider, RetryPolicy, ScriptedProvider, Task  # noqa: E402
-from flashgen.variant import DType, Variant  # noqa: E402
+from flashgen.agent.environment import Environment
+from flashgen.agent.loop import LoopConfig, run_loop
+from flashgen.agent.providers import OpenAIProvider, RetryPolicy, ScriptedProvider, Task
+from flashgen.variant import DType, Variant
 
 CAUSAL = Variant(causal=True)
 MASK = "k_idx <= q_idx + M - N"
@@ -95,7 +94,7 @@ def test_gpu_wrong_mask_in_cuda_repaired_after_the_verifier(tmp_path):
     source, manifest = env.translate(full, target)
     assert "kpos <= qpos + diag" in source
     wrong = source.replace("kpos <= qpos + diag", "kpos < qpos + diag")
-    reply = lambda src: f"```cuda\n{src}```\n```json\n{manifest.model_dump_json()}\n```"  # noqa: E731
+    reply = lambda src: f"```cuda\n{src}```\n```json\n{manifest.model_dump_json()}\n```"
     provider = ScriptedProvider([f"```tl\n{sketch}```", f"```tl\n{full}```", reply(wrong), reply(source)])
     task = Task(variant=CAUSAL, target="h200", arch="sm_90", dtype=DType.bf16, head_dim=128)
     result = run_loop(LoopConfig(task=task, goal_speedup=0.01), provider, env=env, store=make_store(tmp_path))

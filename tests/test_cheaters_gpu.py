@@ -1,13 +1,13 @@
 """Each planted cheating kernel is caught, for the right reason."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from flashgen.harness import testkernels
 from flashgen.harness.worker import GpuWorker, KernelInput
 from flashgen.variant import Variant
-
-import sys
-from pathlib import Path
 
 # The spawned worker imports helpers from this file by module path: it needs the repo root on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -1,13 +1,13 @@
 """GPU tests of the run / verify / bench layers with the plain test kernel and planted faults."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from flashgen.harness import testkernels
 from flashgen.harness.worker import GpuWorker, KernelInput
 from flashgen.variant import Variant
-
-import sys
-from pathlib import Path
 
 # The spawned worker imports helpers from this file by module path: it needs the repo root on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -50,7 +50,6 @@ def test_launch_accepts_torch_tensors_with_strides():
     torch = pytest.importorskip("torch")
     import numpy as np
 
-    from flashgen.harness.verify import from_dtype_bits
     from flashgen.harness.worker import compile_kernel, launch
     from flashgen.reference import attention
 

@@ -1,9 +1,14 @@
 import numpy as np
-import pytest
 
 from flashgen.abi import KernelManifest, Launch
-from flashgen.harness.verify import (POISON_BITS, TOLERANCES, compare_outputs, default_cases, from_dtype_bits,
-                                     to_dtype_bits)
+from flashgen.harness.verify import (
+    POISON_BITS,
+    TOLERANCES,
+    compare_outputs,
+    default_cases,
+    from_dtype_bits,
+    to_dtype_bits,
+)
 from flashgen.reference import attention, random_inputs
 from flashgen.variant import DType, Shape, Variant
 

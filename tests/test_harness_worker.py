@@ -3,14 +3,13 @@ as a failed result, and the next job gets a fresh worker."""
 
 import ctypes
 import os
+import sys
 import time
+from pathlib import Path
 
 from flashgen.abi import FlashgenAttnParams, KernelManifest, Launch
 from flashgen.harness.worker import GpuWorker, build_params, launch_sizes, tensor_view
 from flashgen.variant import DType, Variant
-
-import sys
-from pathlib import Path
 
 # The spawned worker imports helpers from this file by module path: it needs the repo root on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

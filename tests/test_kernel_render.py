@@ -9,7 +9,12 @@ import pytest
 
 from flashgen.abi import ENTRY_SIGNATURE, eval_size
 from flashgen.errors import UsageError
-from flashgen.translators.plan import KernelPlan, ScoreMod, check_expressions, plan_for_variant
+from flashgen.translators.plan import (
+    KernelPlan,
+    ScoreMod,
+    check_expressions,
+    plan_for_variant,
+)
 from flashgen.translators.render import render, smem_bytes, smem_limit
 from flashgen.variant import DType, Norm, Variant
 

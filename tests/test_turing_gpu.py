@@ -20,7 +20,7 @@ import pytest
 # The worker (spawned) imports this module by name for check_custom_inputs; spawn children inherit sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from flashgen.variant import DType, Norm, Shape, Variant  # noqa: E402
+from flashgen.variant import DType, Norm, Shape, Variant
 
 VARIANTS = {
     "plain": Variant(), "causal": Variant(causal=True), "window": Variant(causal=True, window=48),

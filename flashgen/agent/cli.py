@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -19,24 +18,24 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option(DEFAULT_DTYPE, "--dtype", help="fp16 or bf16"),
         head_dim: int = typer.Option(DEFAULT_HEAD_DIM, "--head-dim", help="D"),
         causal: bool = typer.Option(False, "--causal", help="causal mask (bottom-right aligned)"),
-        window: Optional[int] = typer.Option(None, "--window", help="sliding window in keys (needs --causal)"),
+        window: int | None = typer.Option(None, "--window", help="sliding window in keys (needs --causal)"),
         alibi: bool = typer.Option(False, "--alibi", help="ALiBi bias"),
-        softcap: Optional[float] = typer.Option(None, "--softcap", help="logit softcap C"),
-        kv_heads: Optional[int] = typer.Option(None, "--kv-heads", help="KV heads (GQA/MQA; with --heads)"),
-        heads: Optional[int] = typer.Option(None, "--heads", help="query heads, to turn --kv-heads into a group"),
-        kv_group: Optional[int] = typer.Option(None, "--kv-group", help="query heads per KV head (GQA)"),
+        softcap: float | None = typer.Option(None, "--softcap", help="logit softcap C"),
+        kv_heads: int | None = typer.Option(None, "--kv-heads", help="KV heads (GQA/MQA; with --heads)"),
+        heads: int | None = typer.Option(None, "--heads", help="query heads, to turn --kv-heads into a group"),
+        kv_group: int | None = typer.Option(None, "--kv-group", help="query heads per KV head (GQA)"),
         norm: str = typer.Option("softmax", "--norm", help="softmax | relu | sigmoid"),
         lse: bool = typer.Option(False, "--lse", help="also return the log-sum-exp"),
         provider: str = typer.Option("expert", "--provider", help="expert | openai | anthropic | openai-compatible"),
-        model: Optional[str] = typer.Option(None, "--model", help="model name for an LLM provider"),
-        base_url: Optional[str] = typer.Option(None, "--base-url", help="endpoint of an OpenAI-compatible server"),
+        model: str | None = typer.Option(None, "--model", help="model name for an LLM provider"),
+        base_url: str | None = typer.Option(None, "--base-url", help="endpoint of an OpenAI-compatible server"),
         max_iters: int = typer.Option(12, "--max-iters", help="model calls at most"),
-        max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="token budget"),
-        max_cost: Optional[float] = typer.Option(None, "--max-cost", help="cost budget in USD"),
-        max_wall: Optional[float] = typer.Option(None, "--max-wall", help="wall-time budget in seconds"),
+        max_tokens: int | None = typer.Option(None, "--max-tokens", help="token budget"),
+        max_cost: float | None = typer.Option(None, "--max-cost", help="cost budget in USD"),
+        max_wall: float | None = typer.Option(None, "--max-wall", help="wall-time budget in seconds"),
         goal: float = typer.Option(1.0, "--goal", help="stop at this speedup over the best baseline"),
-        out: Optional[Path] = typer.Option(None, "--out", help="output folder (default generated/GPU/DTYPE/VARIANT_dD)"),
-        resume: Optional[str] = typer.Option(None, "--resume", help="continue run RUN_ID from its last step"),
+        out: Path | None = typer.Option(None, "--out", help="output folder (default generated/GPU/DTYPE/VARIANT_dD)"),
+        resume: str | None = typer.Option(None, "--resume", help="continue run RUN_ID from its last step"),
     ) -> None:
         """Generate a FlashAttention kernel: LLM-TL sketch -> full TL -> CUDA, checked, compiled, verified."""
         from flashgen.agent.environment import Environment

@@ -176,7 +176,11 @@ class Environment:
         return parse(text, filename)
 
     def check_tl(self, text: str, variant: Variant, target, dtype: DType, head_dim: int, full: bool) -> CpuCheck:
-        from flashgen.tl_spec.diagnostics import TLRuntimeError, TLSyntaxError, errors_only
+        from flashgen.tl_spec.diagnostics import (
+            TLRuntimeError,
+            TLSyntaxError,
+            errors_only,
+        )
 
         try:
             program = self.parse(text, "kernel.tl" if full else "sketch.tl")

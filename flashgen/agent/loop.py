@@ -12,7 +12,12 @@ from pydantic import BaseModel, Field, ValidationError
 
 from flashgen import prompts
 from flashgen.abi import KernelManifest
-from flashgen.agent.environment import Build, Environment, Timing, Verification, manifest_from_json
+from flashgen.agent.environment import (
+    Environment,
+    Timing,
+    Verification,
+    manifest_from_json,
+)
 from flashgen.agent.extract import extract
 from flashgen.agent.providers import ChatMessage, ModelRequest, Provider, Task
 from flashgen.agent.trace import RunTrace

@@ -4,7 +4,6 @@ way in. This is the only module that talks to the Store."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from flashgen.agent.providers import redact
@@ -33,11 +32,11 @@ class RunTrace:
         self.store, self.run_id = store, run_id
 
     @classmethod
-    def start(cls, store, config: dict[str, Any]) -> "RunTrace":
+    def start(cls, store, config: dict[str, Any]) -> RunTrace:
         return cls(store, store.new_run(RUN_KIND, _clean(config)))
 
     @classmethod
-    def reopen(cls, store, run_id: str | int) -> tuple["RunTrace", dict[str, Any], dict[str, Any] | None]:
+    def reopen(cls, store, run_id: str | int) -> tuple[RunTrace, dict[str, Any], dict[str, Any] | None]:
         """(trace, the run's config, the last loop-state snapshot or None)."""
         try:
             key = int(run_id)

@@ -7,7 +7,8 @@ call). All of them follow flashgen.variant's conventions (bottom-right causal al
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from flashgen.variant import Norm, Variant, alibi_slope
 

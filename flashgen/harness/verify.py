@@ -106,7 +106,7 @@ class VerifyReport(BaseModel):
     summary: str = ""
 
     @classmethod
-    def failed(cls, kernel: str, error: str, seed: int | None = None) -> "VerifyReport":
+    def failed(cls, kernel: str, error: str, seed: int | None = None) -> VerifyReport:
         return cls(ok=False, kernel=kernel, seed=seed, error=error, summary=f"FAIL {kernel}: {error}")
 
 
@@ -369,8 +369,15 @@ def verify_kernel(kernel, cases: list[CheckCase] | None = None, seed: int | None
                   stop_after_failures: int = 3) -> VerifyReport:
     """Compile (if needed), load and check `kernel` (a worker.KernelInput) on every case; needs a GPU.
     A CUDA error raises KernelRunError naming the kernel and case (the worker turns it into a failed result)."""
-    from flashgen.harness.worker import (CompileFailed, KernelRunError, _cupy, ensure_compiled, launch,
-                                         load_kernel, runnable_arch)
+    from flashgen.harness.worker import (
+        CompileFailed,
+        KernelRunError,
+        _cupy,
+        ensure_compiled,
+        launch,
+        load_kernel,
+        runnable_arch,
+    )
 
     cp = _cupy()
     manifest: KernelManifest = kernel.manifest

@@ -17,7 +17,6 @@ import importlib
 import math
 import multiprocessing as mp
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -29,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from flashgen.abi import FlashgenAttnParams, KernelManifest, eval_size
 from flashgen.errors import FlashgenError
-from flashgen.variant import DType, Shape
+from flashgen.variant import Shape
 
 # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES in cuda.h's CUfunction_attribute enum.
 _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -197,7 +196,7 @@ class LoadedKernel:
                 # cupy returns a RawKernel wrapping the driver Function (older versions: the Function itself)
                 handle = getattr(fn, "ptr", None) or getattr(getattr(fn, "kernel", None), "ptr", None)
             except Exception as exc:
-                raise KernelRunError(f"entry {launch_spec.kernel!r} named by the manifest is not in the cubin: {exc}")
+                raise KernelRunError(f"entry {launch_spec.kernel!r} named by the manifest is not in the cubin: {exc}") from None
             if not handle:  # fall back to the driver API directly (the context exists: RawModule made it)
                 if self._driver_module is None:
                     cp.cuda.runtime.free(0)
@@ -326,7 +325,7 @@ def launch_sizes(manifest: KernelManifest, b: int, h: int, kvh: int, n: int, m: 
     return sizes
 
 
-def prepare_launch(manifest: KernelManifest, kernel: "LoadedKernel | str", q: Any, k: Any, v: Any, o: Any,
+def prepare_launch(manifest: KernelManifest, kernel: LoadedKernel | str, q: Any, k: Any, v: Any, o: Any,
                    lse: Any = None, workspace: Any = None, scale: float | None = None, stream: Any = None,
                    step: str = "launch"):
     """Check the tensors against the manifest once and return a zero-argument callable that only
@@ -379,7 +378,7 @@ def prepare_launch(manifest: KernelManifest, kernel: "LoadedKernel | str", q: An
     return run
 
 
-def launch(manifest: KernelManifest, kernel: "LoadedKernel | str", q: Any, k: Any, v: Any, o: Any, lse: Any = None,
+def launch(manifest: KernelManifest, kernel: LoadedKernel | str, q: Any, k: Any, v: Any, o: Any, lse: Any = None,
            workspace: Any = None, scale: float | None = None, stream: Any = None, step: str = "launch") -> None:
     """Run the manifest's launches, in order, on `stream` (default: the tensors' current stream).
 
@@ -505,7 +504,7 @@ def _worker_main(conn, device: int) -> None:
         try:
             value = run_job(job)
             result = JobResult(ok=True, kind=job.kind, value=value)
-        except BaseException as exc:  # noqa: BLE001 - everything goes back to the caller
+        except BaseException as exc:
             text = str(exc) if isinstance(exc, (FlashgenError, KernelRunError)) else \
                 f"{type(exc).__name__}: {exc}\n{''.join(traceback.format_exception(exc)[-3:])}"
             result = JobResult(ok=False, kind=job.kind, error=text, fatal=is_sticky_cuda_error(exc))
@@ -624,7 +623,7 @@ class GpuWorker:
     def close(self) -> None:
         self._stop(kill=False)
 
-    def __enter__(self) -> "GpuWorker":
+    def __enter__(self) -> GpuWorker:
         return self
 
     def __exit__(self, *exc) -> None:

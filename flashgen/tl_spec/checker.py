@@ -481,7 +481,7 @@ class _Checker:
             self.err(ref, f"the index selects a {len(slices)}-dim tile but '{local.name}' has {len(local.shape)} dims",
                      "one `start : stop` slice per tile dim, a single index for every other dim")
             return
-        for k, item in enumerate(ref.index):
+        for item in ref.index:
             if isinstance(item, ast.Point):
                 self.names_in(item.index, ref, allow_tensors=False)
                 continue

@@ -26,7 +26,7 @@ def _parse_file(path: str):
 
 @tl_app.command("check")
 def check_cmd(
-    files: list[str] = typer.Argument(..., help="TL files (full programs or sketches)"),  # noqa: B008
+    files: list[str] = typer.Argument(..., help="TL files (full programs or sketches)"),
     target: str | None = typer.Option(None, "--target", "-t", help="GPU whose budgets to check against "
                                          "(default: the smallest known GPU of the program's arch)"),
     warnings_as_errors: bool = typer.Option(False, "--strict", help="fail on warnings too"),

@@ -81,7 +81,7 @@ class _Counter:
     def add_bytes(self, key: str, value: float) -> None:
         self.bytes[key] = self.bytes.get(key, 0.0) + value
 
-    def compulsory_dram_bytes(self, globals_: dict[str, "_Buffer"]) -> dict[str, float]:
+    def compulsory_dram_bytes(self, globals_: dict[str, _Buffer]) -> dict[str, float]:
         """'dram_read' / 'dram_write': the bytes of every global tensor read / written at least once."""
         def size(name: str) -> float:
             return float(math.prod(globals_[name].shape) * globals_[name].dtype.itemsize)

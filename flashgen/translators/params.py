@@ -23,7 +23,7 @@ MEASURED: dict[tuple[str, str, int], dict[str, int]] = {
 
 # Starting points before measurement: FA2-shaped tiles checked spill-free with `nvcc -Xptxas -v` for sm_80
 # (4 warps x 32 rows keep Q in registers at d64; 8 warps x 16 rows from d96 up keep O + S under 255 registers).
-_P = lambda bm, bn, w, q: {"BLOCK_M": bm, "BLOCK_N": bn, "WARPS": w, "STAGES": 1, "Q_IN_REGS": q}  # noqa: E731
+_P = lambda bm, bn, w, q: {"BLOCK_M": bm, "BLOCK_N": bn, "WARPS": w, "STAGES": 1, "Q_IN_REGS": q}
 DEFAULTS: dict[tuple[str, str, int], dict[str, int]] = {
     **{("sm80", dt, 64): _P(128, 64, 4, 1) for dt in ("fp16", "bf16")},
     **{("sm80", dt, 96): _P(128, 64, 8, 1) for dt in ("fp16", "bf16")},

@@ -85,7 +85,7 @@ class Normalization(BaseModel):
                                "(invisible keys get p = 0 regardless); None for softmax, whose p is exp2-based")
 
     @model_validator(mode="after")
-    def _p_expr_matches_kind(self) -> "Normalization":
+    def _p_expr_matches_kind(self) -> Normalization:
         if (self.kind is NormKind.softmax) != (self.p_expr is None):
             raise ValueError("p_expr is required for relu/sigmoid and must be None for softmax")
         return self
@@ -124,7 +124,7 @@ class KernelPlan(BaseModel):
                             "shared memory each tile, saving registers for large head dims)")
 
     @model_validator(mode="after")
-    def _check(self) -> "KernelPlan":
+    def _check(self) -> KernelPlan:
         if self.head_dim not in SUPPORTED_HEAD_DIMS:
             raise ValueError(f"head_dim {self.head_dim} unsupported; supported: {SUPPORTED_HEAD_DIMS}")
         if self.block_n % 16 or self.block_m % (16 * self.warps):

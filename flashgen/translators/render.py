@@ -9,7 +9,7 @@ include guard, so several kernels of one arch can share a translation unit); onl
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import jinja2
@@ -73,7 +73,7 @@ def smem_bytes(plan: KernelPlan) -> int:
     return tiles + (3 * 4 * plan.warps if turing_scaled(plan) else 0)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)

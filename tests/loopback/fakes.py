@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 from flashgen.abi import KernelManifest, Launch
-from flashgen.agent.environment import Build, CpuCheck, Environment, Timing, Verification
+from flashgen.agent.environment import (
+    Build,
+    CpuCheck,
+    Environment,
+    Timing,
+    Verification,
+)
 from flashgen.variant import DType, Variant
 
 PARAMS = [{"BLOCK_M": 64, "BLOCK_N": 64}, {"BLOCK_M": 128, "BLOCK_N": 64}, {"BLOCK_M": 128, "BLOCK_N": 128}]
