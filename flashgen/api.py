@@ -86,7 +86,7 @@ def parse_dtype(dtype: str | DType) -> DType:
     try:
         return DType(getattr(dtype, "value", dtype))
     except ValueError:
-        raise UsageError(f"unknown dtype {dtype!r}; choose fp16 or bf16") from None
+        raise UsageError(f"unknown dtype {dtype!r}; choose fp16, bf16 or fp32") from None
 
 
 def default_out_dir(target_name: str, dtype: DType, variant: Variant, head_dim: int) -> Path:

@@ -41,7 +41,7 @@ class OpCounts(BaseModel):
 # - tensor:  mma_flops / the target's dense tensor peak for the input dtype the mma takes. A dtype
 #            the target's tensor cores do not take runs on the primitive a translator would use:
 #            bf16 on sm_75 -> converted to fp16 (fp16 rate); fp32 -> tf32 mma where the target has
-#            it, else plain FP32 FMA. `tensor_dtype` and `tensor_note` say which rate was used.
+#            it, else converted to fp16 like bf16. `tensor_dtype` and `tensor_note` say which rate was used.
 # - vector:  every counted vector flop is one FP32 instruction per lane (max, add, scale, compare
 #            are not fused), so the rate is the FP32 FMA peak / 2 (the peak counts an FMA as 2).
 # - sfu:     exp/exp2/tanh/log/sigmoid each take one special-function-unit result; the SFU gives
@@ -100,7 +100,8 @@ def _tensor_rate(target: Target, dtype: str, ceiling: str) -> tuple[str, float, 
     elif dtype == "fp32" and "tf32" in taken:
         used, note = "tf32", "fp32 inputs go through tf32 mma"
     elif dtype == "fp32":
-        used, note = "fp32", f"{target.arch} has no tf32 mma: fp32 GEMMs on FP32 FMA"
+        # what the translator does there (docs/turing-dtypes.md): fp32 tiles converted to scaled fp16
+        used, note = "fp16", f"{target.arch} has no tf32 mma: fp32 is converted to fp16 tiles, fp16 tensor rate"
     else:
         raise ValueError(f"no tensor rate for dtype {dtype!r} on {target.name}")
     rate = target.peak_tflops[used]

@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
     @app.command("generate")
     def generate_command(
         gpu: str = typer.Option(DEFAULT_GPU, "--gpu", help="target GPU (see `flashgen targets`)"),
-        dtype: str = typer.Option(DEFAULT_DTYPE, "--dtype", help="fp16 or bf16"),
+        dtype: str = typer.Option(DEFAULT_DTYPE, "--dtype", help="fp16, bf16 or fp32 (bf16 and fp32 on sm_75 run through scaled fp16 tiles; fp32 elsewhere through tf32)"),
         head_dim: int = typer.Option(DEFAULT_HEAD_DIM, "--head-dim", help="D"),
         causal: bool = typer.Option(False, "--causal", help="causal mask (bottom-right aligned)"),
         window: int | None = typer.Option(None, "--window", help="sliding window in keys (needs --causal)"),
