@@ -12,24 +12,24 @@ from flashgen.tl_spec import ast
 from flashgen.tl_spec.checker import check
 from flashgen.tl_spec.diagnostics import Diagnostic, TLRuntimeError, TLSyntaxError
 from flashgen.tl_spec.interpreter import (
-           CompareResult,
-           InterpretResult,
-           compare,
-           interpret,
+    CompareResult,
+    InterpretResult,
+    compare,
+    interpret,
 )
 from flashgen.tl_spec.parser import parse
 from flashgen.tl_spec.printer import format_program
 
 __all__ = [
-           "CompareResult",
-           "Diagnostic",
-           "InterpretResult",
-           "TLRuntimeError",
-           "TLSyntaxError",
-           "ast",
-           "check",
-           "compare",
-           "format_program",
-           "interpret",
-           "parse",
+    "CompareResult",
+    "Diagnostic",
+    "InterpretResult",
+    "TLRuntimeError",
+    "TLSyntaxError",
+    "ast",
+    "check",
+    "compare",
+    "format_program",
+    "interpret",
+    "parse",
 ]
