@@ -24,7 +24,8 @@ def _register_all() -> None:
     # Each module exposes register(app); imported here so that `flashgen --help` lists everything.
     import importlib
 
-    for module in ("flashgen.targets_cli", "flashgen.tl_spec.cli", "flashgen.harness.cli", "flashgen.agent.cli"):
+    for module in ("flashgen.targets_cli", "flashgen.tl_spec.cli", "flashgen.harness.cli", "flashgen.harness.tune_cli",
+                   "flashgen.agent.cli"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:

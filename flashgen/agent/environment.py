@@ -159,10 +159,26 @@ class Environment:
     # ----------------------------------------------------------------------------- TL
 
     def choose_params(self, variant: Variant, target, dtype: DType, head_dim: int) -> list[dict[str, int]]:
-        """Parameter candidates, best first (the first is what the expert writes)."""
+        """Parameter candidates, best first: the choice of flashgen.translators.params (tuned file, measured
+        table, defaults or model; what the expert writes first), then the rest of the search space that passes
+        the CPU filters, in flashgen.translators.search's order (the expert moves down it after timing feedback)."""
         from flashgen.translators.params import choose_params
+        from flashgen.translators.search import candidate_params
 
-        return [dict(choose_params(variant, target.arch, dtype, head_dim))]
+        first = dict(choose_params(variant, target.name, dtype, head_dim))
+        return [first, *(p for p in candidate_params(variant, target, dtype, head_dim) if p != first)]
+
+    def params_source(self, variant: Variant, target, dtype: DType, head_dim: int,
+                      params: dict[str, Any]) -> dict[str, str]:
+        """Where a kernel's tile parameters came from: the choice's source (tuned, measured, defaults, model)
+        when they are that choice, else 'provider' (a model's own, or the expert's next search candidate)."""
+        from flashgen.translators.params import choose_params_with_source
+
+        choice = choose_params_with_source(variant, target.name, dtype, head_dim)
+        if all(params.get(k) == v for k, v in choice.params.items()):
+            return {"source": choice.source, "detail": choice.detail}
+        return {"source": "provider", "detail": "not the default choice: written by the provider (a model's own, "
+                                                "or the expert's next search candidate after timing feedback)"}
 
     def library_tl(self, variant: Variant, target, dtype: DType, head_dim: int, form: str,
                    params: dict[str, int] | None = None) -> str:

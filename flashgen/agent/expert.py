@@ -1,7 +1,8 @@
 """The offline rule-based provider: what a perfect model would answer, written by rules.
 
 Stage 1a renders the library's sketch for the variant, stage 1b the library's full program with
-parameters from `choose_params` (a slow-kernel repair moves to the next candidate), stage 2 runs the
+parameters from `choose_params` (after any feedback on an earlier program, the next candidate after the one
+it last wrote, in the search's order; the loop's budget bounds the exploration), stage 2 runs the
 reference translator on the program the prompt holds. Replies are prose plus fenced blocks, so they
 go through the same extraction, checks and feedback as any model's.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from flashgen.agent.environment import Environment
 from flashgen.agent.extract import fenced_blocks
 from flashgen.agent.providers import ModelReply, ModelRequest, ProviderError
+from flashgen.errors import FlashgenError
 
 
 class ExpertProvider:
@@ -28,8 +30,7 @@ class ExpertProvider:
             text = f"The dataflow of {task.variant.name} attention, as a sketch:\n\n```tl\n{tl.rstrip()}\n```\n"
         elif request.phase == "params":
             candidates = self.env.choose_params(task.variant, target, task.dtype, task.head_dim)
-            slow_rounds = sum(1 for m in request.messages if m.role == "user" and "slower than the goal" in m.content)
-            params = candidates[min(slow_rounds, len(candidates) - 1)]
+            params = self._next_params(candidates, request)
             tl = self.env.library_tl(task.variant, target, task.dtype, task.head_dim, form="full", params=params)
             chosen = ", ".join(f"{k}={v}" for k, v in params.items())
             text = f"Full program for {target.marketing_name} with {chosen}:\n\n```tl\n{tl.rstrip()}\n```\n"
@@ -39,6 +40,28 @@ class ExpertProvider:
             text = (f"The translation for {target.arch} / {task.dtype.value}:\n\n```cuda\n{source.rstrip()}\n```\n\n"
                     f"Launches:\n\n```json\n{manifest.model_dump_json(indent=2)}\n```\n")
         return ModelReply(text=text, model=self.model, cost_usd=0.0)
+
+    def _next_params(self, candidates: list[dict[str, int]], request: ModelRequest) -> dict[str, int]:
+        """The first candidate, or after feedback on a program it wrote, the next one after it not written
+        yet; the last written when none is left (the loop then stops: no faster program proposed). Read
+        from the conversation alone, so a resumed run continues where it was."""
+        written = []
+        for message in request.messages:
+            if message.role != "assistant":
+                continue
+            for block in (b for b in fenced_blocks(message.content) if b.tag == "tl"):
+                try:
+                    written.append(dict(self.env.parse(block.code).params))
+                except FlashgenError:  # not a program: nothing to learn from it
+                    continue
+        if not written:
+            return candidates[0]
+        same = lambda p, c: all(p.get(k) == v for k, v in c.items())  # noqa: E731
+        last = next((i for i, c in enumerate(candidates) if same(written[-1], c)), -1)
+        for candidate in candidates[last + 1:]:
+            if not any(same(p, candidate) for p in written):
+                return candidate
+        return candidates[last] if last >= 0 else candidates[0]
 
     @staticmethod
     def _program_to_translate(request: ModelRequest) -> str:

@@ -39,6 +39,7 @@ def build_meta(result, task: Task, target, env) -> dict[str, Any]:
     meta.update({
         "kernel": best.manifest.name,
         "parameters": best.manifest.params,
+        "parameters_source": env.params_source(task.variant, target, task.dtype, task.head_dim, best.manifest.params),
         "launches": [launch.model_dump() for launch in best.manifest.launches],
         "resources": best.resources,
         "toolchain": best.toolchain,
@@ -78,6 +79,8 @@ def render_report(meta: dict[str, Any], result) -> str:
     else:
         lines.append(f"Verification: {'passed' if ver['ok'] else 'FAILED'}. {ver['summary']}".rstrip())
     lines += ["", f"Parameters: {', '.join(f'{k}={v}' for k, v in meta['parameters'].items()) or '-'}"]
+    if (source := meta.get("parameters_source")) is not None:
+        lines.append(f"Parameters from: {source['source']} ({source['detail']})")
     for name, usage in meta["resources"].items():
         lines.append(f"Resources of `{name}` ({meta['toolchain']}): {usage['registers']} registers, "
                      f"{usage['shared_static_bytes']} B static shared memory, spills {usage['spill_store_bytes']} B")

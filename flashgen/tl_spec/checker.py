@@ -644,10 +644,18 @@ class _Checker:
         smem = 0
         acc_regs = operand_regs = 0.0
         allocs = {a.name: a for a in _allocations(kernel)}
+        # GEMM inputs held in registers are operand fragments, whatever their dtype (fp32 in an fp32 program)
+        gemm_inputs = {ref.name for g in _walk(kernel.body) if isinstance(g, ast.ComputeGemm) for ref in (g.a, g.b)}
+        converted = {dt for dt in (DType.bf16, DType.fp32) if dt.value not in self.target.tensor_dtypes
+                     and not (dt is DType.fp32 and "tf32" in self.target.tensor_dtypes)}
         for sym in ctx.kernel_tensors:
             if not sym.shape or sym.dtype is None:
                 continue
             size = math.prod(sym.shape) * sym.dtype.itemsize
+            if sym.level is ast.Level.shared and sym.dtype in converted:
+                # the target's tensor cores do not take this dtype: its shared tiles hold scaled fp16
+                # (docs/turing-dtypes.md), half the bytes of an fp32 tile
+                size = math.prod(sym.shape) * DType.fp16.itemsize
             if sym.level is ast.Level.shared:
                 copies = stages if sym.written_in_loop else 1
                 alloc = allocs.get(sym.name)
@@ -657,7 +665,7 @@ class _Checker:
                 else:
                     smem += size * copies
             elif sym.level is ast.Level.register:
-                if sym.dtype is DType.fp32:
+                if sym.dtype is DType.fp32 and sym.name not in gemm_inputs:
                     acc_regs += size / 4
                 else:
                     operand_regs += size / 4

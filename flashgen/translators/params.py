@@ -1,15 +1,26 @@
 """Tile parameters (BLOCK_M, BLOCK_N, WARPS, STAGES, Q_IN_REGS) per target, dtype and head dim.
 
-Two sources, in order: MEASURED, a committed table of values found by search on a GPU (keyed by arch
-family, dtype, head dim); otherwise a small model: candidates that fit the target's per-block shared memory
+Sources, in order: a tuned file (flashgen/translators/tuned/<gpu>.json, written by `flashgen tune --write`
+after a timed search on that GPU, keyed by dtype, variant and head dim); MEASURED, a committed table of values
+from a manual sweep on a GPU (keyed by arch family, dtype, head dim); DEFAULTS, spill-checked starting points;
+otherwise a small model: candidates that fit the target's per-block shared memory
 and an estimated 255-register budget, scored by tensor-core work per shared-memory byte read (the mma.sync
 path is bound by ldmatrix traffic), by resident blocks per SM, and by tail waste of the key tile.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
 from flashgen.errors import UsageError
 from flashgen.variant import DType, Variant
+
+TUNED_DIR = Path(__file__).parent / "tuned"
+TILE_KEYS = ("BLOCK_M", "BLOCK_N", "WARPS", "STAGES", "Q_IN_REGS")
 
 # (arch family, dtype, head_dim) -> params. Families: "sm80" (sm_80..sm_90, mma.sync path), "sm75".
 # Filled from benchmarks/kernel_dev measurements on the H200 (see benchmarks/kernel_dev/NOTES.md).
@@ -65,54 +76,153 @@ def _smem(block_m: int, block_n: int, head_dim: int, itemsize: int) -> int:
     return _tile_bytes(block_m, head_dim, itemsize) + 2 * _tile_bytes(block_n, head_dim, itemsize)
 
 
-def model_params(arch: str, dtype: DType, head_dim: int) -> dict[str, int]:
-    from flashgen.translators.render import smem_limit
+class ModelScore(BaseModel):
+    """What the occupancy model thinks of one set of tile parameters."""
 
-    limit = smem_limit(arch)
-    from flashgen.translators.render import smem_itemsize
+    registers: int = Field(description="estimated registers per thread")
+    smem_bytes: int
+    blocks_per_sm: int = Field(description="resident blocks per SM by shared memory and registers")
+    fits: bool = Field(description="within the register budget, the per-block shared memory and >= 1 block per SM")
+    score: float = Field(description="higher is likelier fast: mma work per shared-memory byte, tile overhead, "
+                         "occupancy")
+
+
+def model_score(arch: str, dtype: DType, head_dim: int, params: dict[str, int]) -> ModelScore:
+    from flashgen.translators.render import smem_itemsize, smem_limit
 
     itemsize = smem_itemsize(arch, dtype)
+    block_m, block_n, warps = int(params["BLOCK_M"]), int(params["BLOCK_N"]), int(params["WARPS"])
+    q_in_regs = bool(params.get("Q_IN_REGS", 1))
     smem_per_sm = {"sm_75": 64 << 10, "sm_86": 100 << 10, "sm_89": 100 << 10}.get(arch, 164 << 10)
+    regs = estimate_registers(block_m, block_n, warps, head_dim, q_in_regs, itemsize)
+    smem = _smem(block_m, block_n, head_dim, itemsize)
+    blocks = min(smem_per_sm // smem, 65536 // (max(regs, 64) * 32 * warps))
+    rows_per_warp = block_m // warps
+    # flops per smem byte read by one warp per key tile: QK^T + PV over (K, V [, Q])
+    flops = 4 * rows_per_warp * block_n * head_dim
+    bytes_read = (2 * block_n * head_dim + (0 if q_in_regs else rows_per_warp * head_dim)) * itemsize
+    # fixed per-key-tile costs (two barriers, quad reductions, O rescale) amortize over block_n
+    score = flops / bytes_read * block_n / (block_n + 48) * min(max(blocks, 0) * warps, 8) ** 0.25
+    fits = regs <= _REG_BUDGET and smem <= smem_limit(arch) and blocks >= 1
+    return ModelScore(registers=regs, smem_bytes=smem, blocks_per_sm=max(blocks, 0), fits=fits, score=score)
+
+
+def model_params(arch: str, dtype: DType, head_dim: int) -> dict[str, int]:
     best: tuple[float, dict[str, int]] | None = None
     for warps in (4, 8):
         for rows_per_warp in (16, 32):
             block_m = warps * rows_per_warp
             for block_n in (16, 32, 64, 128):
                 for q_in_regs in (True, False):
-                    regs = estimate_registers(block_m, block_n, warps, head_dim, q_in_regs, itemsize)
-                    smem = _smem(block_m, block_n, head_dim, itemsize)
-                    if regs > _REG_BUDGET or smem > limit:
-                        continue
-                    blocks = min(smem_per_sm // smem, 65536 // (max(regs, 64) * 32 * warps))
-                    if blocks < 1:
-                        continue
-                    # flops per smem byte read by one warp per key tile: QK^T + PV over (K, V [, Q])
-                    flops = 4 * rows_per_warp * block_n * head_dim
-                    bytes_read = (2 * block_n * head_dim + (0 if q_in_regs else rows_per_warp * head_dim)) * itemsize
-                    # fixed per-key-tile costs (two barriers, quad reductions, O rescale) amortize over block_n
-                    score = flops / bytes_read * block_n / (block_n + 48) * min(blocks * warps, 8) ** 0.25
                     params = {"BLOCK_M": block_m, "BLOCK_N": block_n, "WARPS": warps, "STAGES": 1,
                               "Q_IN_REGS": int(q_in_regs)}
-                    if best is None or score > best[0]:
-                        best = (score, params)
+                    scored = model_score(arch, dtype, head_dim, params)
+                    if scored.fits and (best is None or scored.score > best[0]):
+                        best = (scored.score, params)
     if best is None:
         raise UsageError(f"no tile configuration fits {arch} for {dtype.value} d{head_dim}")
     return best[1]
 
 
-def choose_params(variant: Variant, target: str, dtype: DType, head_dim: int) -> dict[str, int]:
-    """Tile parameters for a variant on a target. `target` is an arch (sm_80) or a GPU name (h200)."""
+# ---------------------------------------------------------------------------------------------
+# The tuned files: one per GPU, written by `flashgen tune --write` (flashgen.translators.search)
+# ---------------------------------------------------------------------------------------------
+
+class TunedEntry(BaseModel):
+    """The winner of one timed search, with what it was measured on."""
+
+    params: dict[str, int]
+    arch: str = Field(description="the code path the kernel was translated for (the target's arch)")
+    geomean_ms: float
+    times_ms: dict[str, float] = Field(description="shape text -> median ms of the winner")
+    candidates_timed: int
+    date: str
+    gpu: str | None = Field(description="the device's own name, as the GPU worker read it")
+    versions: dict[str, Any] = Field(default_factory=dict, description="driver, CUDA runtime, torch, nvcc")
+    timer: str = Field(description="what timed it: 'gpu-worker' for a real run")
+
+
+class TunedFile(BaseModel):
+    gpu: str = Field(description="flashgen target name, e.g. h200")
+    entries: dict[str, TunedEntry] = Field(default_factory=dict, description="tuned_key(...) -> entry")
+
+
+def tuned_key(dtype: DType, variant: Variant, head_dim: int) -> str:
+    return f"{dtype.value}/{variant.name}/d{head_dim}"
+
+
+def tuned_path(gpu: str, directory: Path | None = None) -> Path:
+    return (directory or TUNED_DIR) / f"{gpu}.json"
+
+
+def load_tuned(gpu: str, directory: Path | None = None) -> TunedFile:
+    """The tuned file of `gpu` (empty when there is none); a damaged file is a one-line UsageError."""
+    path = tuned_path(gpu, directory)
+    if not path.is_file():
+        return TunedFile(gpu=gpu)
+    try:
+        return TunedFile.model_validate(json.loads(path.read_text()))
+    except (ValueError, ValidationError) as exc:
+        raise UsageError(f"{path} is not a tuned-parameters file: {' '.join(str(exc).split())[:300]}") from None
+
+
+def save_tuned(tuned: TunedFile, directory: Path | None = None) -> Path:
+    path = tuned_path(tuned.gpu, directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ordered = tuned.model_copy(update={"entries": dict(sorted(tuned.entries.items()))})
+    path.write_text(ordered.model_dump_json(indent=2) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# The choice
+# ---------------------------------------------------------------------------------------------
+
+ParamsSource = Literal["tuned", "measured", "defaults", "model"]
+
+
+class ParamsChoice(BaseModel):
+    params: dict[str, int]
+    source: ParamsSource
+    detail: str = Field(description="where exactly, in words")
+
+
+def choose_params_with_source(variant: Variant, target: str, dtype: DType, head_dim: int, *,
+                               tuned_dir: Path | None = None) -> ParamsChoice:
+    """Tile parameters and where they came from. `target` is an arch (sm_80: no tuned file applies) or a
+    GPU name (h200: its tuned file is read first)."""
+    from flashgen.translators.render import smem_itemsize, smem_limit
+
+    gpu = None
     arch = target
     if not target.startswith("sm_"):
         from flashgen.targets import get_target
 
-        arch = get_target(target).arch
-    from flashgen.translators.render import smem_itemsize, smem_limit
-
-    key = (_family(arch), dtype.value, head_dim)
+        resolved = get_target(target)
+        gpu, arch = resolved.name, resolved.arch
     itemsize = smem_itemsize(arch, dtype)
-    for table in (MEASURED, DEFAULTS):
+
+    def fits(found: dict[str, int]) -> bool:
+        return _smem(found["BLOCK_M"], found["BLOCK_N"], head_dim, itemsize) <= smem_limit(arch)
+
+    if gpu is not None:
+        entry = load_tuned(gpu, tuned_dir).entries.get(tuned_key(dtype, variant, head_dim))
+        if entry is not None and entry.arch == arch and fits(entry.params):
+            path = tuned_path(gpu, tuned_dir)
+            where = f"flashgen/translators/tuned/{path.name}" if path.parent == TUNED_DIR else str(path)
+            return ParamsChoice(params=dict(entry.params), source="tuned",
+                                detail=f"{where} [{tuned_key(dtype, variant, head_dim)}]: {entry.geomean_ms:.4g} ms "
+                                       f"geomean on {entry.gpu or gpu}, {entry.date}")
+    key = (_family(arch), dtype.value, head_dim)
+    for source, table in (("measured", MEASURED), ("defaults", DEFAULTS)):
         found = table.get(key)
-        if found is not None and _smem(found["BLOCK_M"], found["BLOCK_N"], head_dim, itemsize) <= smem_limit(arch):
-            return dict(found)
-    return model_params(arch, dtype, head_dim)
+        if found is not None and fits(found):
+            return ParamsChoice(params=dict(found), source=source,  # type: ignore[arg-type]
+                                detail=f"flashgen/translators/params.py {source.upper()}[{key[0]}, {key[1]}, d{key[2]}]")
+    return ParamsChoice(params=model_params(arch, dtype, head_dim), source="model",
+                        detail=f"flashgen.translators.params.model_params({arch}, {dtype.value}, d{head_dim})")
+
+
+def choose_params(variant: Variant, target: str, dtype: DType, head_dim: int) -> dict[str, int]:
+    """Tile parameters for a variant on a target. `target` is an arch (sm_80) or a GPU name (h200)."""
+    return choose_params_with_source(variant, target, dtype, head_dim).params
