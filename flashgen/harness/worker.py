@@ -504,7 +504,7 @@ def _worker_main(conn, device: int) -> None:
         try:
             value = run_job(job)
             result = JobResult(ok=True, kind=job.kind, value=value)
-        except BaseException as exc:
+        except BaseException as exc:  # everything, a KeyboardInterrupt in the job too, goes back to the caller
             text = str(exc) if isinstance(exc, (FlashgenError, KernelRunError)) else \
                 f"{type(exc).__name__}: {exc}\n{''.join(traceback.format_exception(exc)[-3:])}"
             result = JobResult(ok=False, kind=job.kind, error=text, fatal=is_sticky_cuda_error(exc))
