@@ -37,6 +37,7 @@ import re
 from pydantic import BaseModel, ConfigDict, Field
 
 from flashgen.errors import UsageError
+from flashgen.variant import DType
 
 
 class MmaShape(BaseModel):
@@ -264,3 +265,11 @@ def get_target(name: str) -> Target:
         raise UsageError(f"unknown GPU {name!r}; known: {', '.join(TARGETS)} (aliases such as h100-sxm, "
                          f"'quadro rtx 8000', 4090 work too)")
     return target
+
+
+def tensor_cores_take(arch: str, dtype: DType | str) -> bool:
+    """Whether the mma instructions of `arch` (every known GPU of it in TARGETS) take `dtype` inputs,
+    fp32 through tf32. False means a program converts its tiles: `Copy ... as scaled fp16`. An arch no known
+    GPU has is assumed to take it."""
+    want = "tf32" if DType(dtype) is DType.fp32 else DType(dtype).value
+    return all(want in t.tensor_dtypes for t in TARGETS.values() if t.arch == arch.removesuffix("a"))

@@ -180,16 +180,22 @@ class Allocate(Node):
 
 
 class Copy(Node):
-    """`Copy SRC from LEVEL to LEVEL [DST]`. Exactly one side of a full-TL copy is a global indexed
-    reference (load: global -> shared/register; store: register -> global) or both sides are local
+    """`Copy SRC from LEVEL to LEVEL [DST] [as scaled DT]`. Exactly one side of a full-TL copy is a global
+    indexed reference (load: global -> shared/register; store: register -> global) or both sides are local
     (shared -> register, register -> shared). Loads zero-fill out-of-bounds rows; stores drop them.
-    Sketches write only `Copy K from global to shared` (dst is None)."""
+    Sketches write only `Copy K from global to shared` (dst is None).
+
+    `scaled_to` (`as scaled fp16`): a global -> shared load that stores the tile in this dtype, scaled by
+    a power of two chosen per tile, for tensor cores that do not take the program's dtype (bf16/fp32 on
+    sm_75, docs/turing-dtypes.md). The scale is exact and folded back after the GEMMs; the fp64
+    interpreter does not emulate the rounding, so it is a plain copy there."""
 
     kind: Literal["copy"] = "copy"
     src: Ref
     src_level: Level
     dst_level: Level
     dst: Ref | None = None
+    scaled_to: DType | None = None
 
 
 class ComputeGemm(Node):

@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from flashgen.targets import tensor_cores_take
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.diagnostics import Diagnostic
 from flashgen.tl_spec.printer import format_expr
@@ -269,8 +270,8 @@ class _Checker:
             if threads > self.target.max_threads_per_block:
                 self.err(t, f"WARPS = {warps} gives {threads} threads; {self.target.name} allows "
                             f"{self.target.max_threads_per_block} per block")
-            # bf16 and fp32 on a target without those mma inputs are legal: the translator converts
-            # tiles to fp16 with a per-tile scale (docs/turing-dtypes.md).
+            # bf16 and fp32 on a target without those mma inputs are legal: the program converts its
+            # tiles to fp16 on the way into shared memory (`Copy ... as scaled fp16`, docs/turing-dtypes.md).
 
     def mma_shape(self) -> Any:
         """The mma.sync shape the translator would pick for the dtype (largest k), or a default."""
@@ -451,6 +452,7 @@ class _Checker:
         if dst.level is ast.Level.global_ and dst.name in ("Q", "K", "V"):
             self.err(stmt.dst, f"'{dst.name}' is an input; a kernel cannot write it")
             return
+        self.copy_dtype(stmt, src, dst)
         if src.level is ast.Level.global_ or dst.level is ast.Level.global_:
             glob_ref, glob, local_ref, local = (stmt.src, src, stmt.dst, dst) if src.level is ast.Level.global_ \
                 else (stmt.dst, dst, stmt.src, src)
@@ -470,6 +472,36 @@ class _Checker:
         self.read(src, stmt.src)
         dst.accumulator = src.accumulator
         self.write(dst, ctx)
+
+    def copy_dtype(self, stmt: ast.Copy, src: _Sym, dst: _Sym) -> None:
+        """A load into shared memory keeps the input dtype, or converts with `as scaled fp16` where the
+        tensor cores do not take bf16/fp32 (the tile is then an fp16 tile, counted so by the budgets)."""
+        load = src.level is ast.Level.global_ and dst.level is ast.Level.shared
+        scaled_form = "as scaled fp16"
+        if stmt.scaled_to is None:
+            if load and src.dtype is not None and dst.dtype is not None and src.dtype is not dst.dtype:
+                hint = (f"convert on the load: Copy ... to shared {dst.name} {scaled_form}"
+                        if dst.dtype is DType.fp16 and self.dtype in (DType.bf16, DType.fp32)
+                        else f"Allocate {dst.name} ... dtype {src.dtype.value}")
+                self.err(stmt, f"Copy of {src.dtype.value} '{src.name}' into {dst.dtype.value} shared tile "
+                               f"'{dst.name}' without a conversion", hint)
+            return
+        if not load:
+            self.err(stmt, f"`as scaled {stmt.scaled_to.value}` converts a load from global into shared memory; this "
+                           f"Copy goes from {src.level.value} to {dst.level.value}",
+                     "write it on the Copy ... from global to shared that loads the tile")
+        elif stmt.scaled_to is not DType.fp16:
+            self.err(stmt, f"`as scaled {stmt.scaled_to.value}`: a load converts only to fp16", scaled_form)
+        elif self.dtype not in (DType.bf16, DType.fp32):
+            self.err(stmt, f"`{scaled_form}` in an {self.dtype.value} program: there is nothing to convert",
+                     f"drop `{scaled_form}`")
+        elif dst.dtype is not None and dst.dtype is not DType.fp16:
+            self.err(stmt, f"`{scaled_form}` into '{dst.name}' of dtype {dst.dtype.value}; the converted tile is fp16",
+                     f"Allocate {dst.name} in shared ... dtype fp16")
+        elif self.target is not None and tensor_cores_take(self.target.arch, self.dtype):
+            self.warn(stmt, f"the tensor cores of {self.target.name} take {self.dtype.value}: converting to fp16 "
+                            f"loses range and precision, and no translator for {self.target.arch} implements it",
+                      f"drop `{scaled_form}` and Allocate {dst.name} ... dtype {self.dtype.value}")
 
     def global_index(self, ref: ast.Ref, glob: _Sym, local: _Sym) -> None:
         assert ref.index is not None
@@ -646,16 +678,10 @@ class _Checker:
         allocs = {a.name: a for a in _allocations(kernel)}
         # GEMM inputs held in registers are operand fragments, whatever their dtype (fp32 in an fp32 program)
         gemm_inputs = {ref.name for g in _walk(kernel.body) if isinstance(g, ast.ComputeGemm) for ref in (g.a, g.b)}
-        converted = {dt for dt in (DType.bf16, DType.fp32) if dt.value not in self.target.tensor_dtypes
-                     and not (dt is DType.fp32 and "tf32" in self.target.tensor_dtypes)}
         for sym in ctx.kernel_tensors:
             if not sym.shape or sym.dtype is None:
                 continue
             size = math.prod(sym.shape) * sym.dtype.itemsize
-            if sym.level is ast.Level.shared and sym.dtype in converted:
-                # the target's tensor cores do not take this dtype: its shared tiles hold scaled fp16
-                # (docs/turing-dtypes.md), half the bytes of an fp32 tile
-                size = math.prod(sym.shape) * DType.fp16.itemsize
             if sym.level is ast.Level.shared:
                 copies = stages if sym.written_in_loop else 1
                 alloc = allocs.get(sym.name)

@@ -5,6 +5,8 @@ shape [r, c] is held as an array (G, r, c), a `Let` scalar as (G,). Sequential l
 differ between grid points run from the smallest start to the largest stop with a per-point
 `active` mask, so a bound is honoured exactly per point. Allocations start as NaN so that a missing
 initialisation shows up in the result. Loads zero-fill out-of-range rows; stores drop them.
+A converting load (`Copy ... to shared K_s as scaled fp16`) is a plain copy here: its per-tile
+power-of-two scale is exact, and the interpreter does not emulate fp16 (or any) rounding.
 
 Byte counts: `global_read`/`global_write` are every Copy from/to global as written (a K tile read by
 each query tile counts each time: L2 traffic); `dram_read`/`dram_write` are the compulsory DRAM
@@ -357,6 +359,8 @@ class _Run:
         n = self.n_active(active)
         if src.level is ast.Level.global_ and dst.level is ast.Level.global_:
             raise self.error(stmt, "a Copy from global to global")
+        if stmt.scaled_to is not None and not (src.level is ast.Level.global_ and dst.level is ast.Level.shared):
+            raise self.error(stmt, f"`as scaled {stmt.scaled_to.value}` converts only a load from global to shared")
         if src.level is ast.Level.global_:
             data, coords, _ = self._gather(src, stmt.src, dst, active, stmt)
             self._write(dst, data, active, stmt)

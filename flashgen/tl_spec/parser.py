@@ -37,7 +37,7 @@ end: "end"
 for_loop: "for" NAME "in" [PARALLEL] "range" "(" expr ["," expr] ")"
 allocate: "Allocate" NAME "in" NAME ["shape" shape] ["dtype" NAME] ["offset" expr]
 shape: "[" expr ("," expr)* "]"
-copy: "Copy" ref "from" NAME "to" NAME [ref]
+copy: "Copy" ref "from" NAME "to" NAME [ref] ["as" SCALED NAME]
 ref: NAME [index] [TRANSPOSE]
 index: "[" item ("," item)* "]"
 item: expr             -> point
@@ -75,6 +75,7 @@ let: "Let" NAME "=" expr
 PARALLEL: "parallel"
 MAX: "max"
 GET: "get"
+SCALED: "scaled"
 ACCUMULATE: "accumulate"
 TRANSPOSE: "^T"
 NAME: /[A-Za-z_][A-Za-z0-9_]*/
@@ -92,7 +93,7 @@ FORMS = {
     "end": "`end` closes the innermost open `for` or `Kernel`",
     "for": "for n_blk in range(0, cdiv(M, BLOCK_N))  or  for m_blk in parallel range(cdiv(N, BLOCK_M))",
     "Allocate": "Allocate S_r in register shape [BLOCK_M, BLOCK_N] dtype fp32",
-    "Copy": "Copy K[b, h // KV_GROUP, k0 : k0 + BLOCK_N, 0 : D] from global to shared K_s",
+    "Copy": "Copy K[b, h // KV_GROUP, k0 : k0 + BLOCK_N, 0 : D] from global to shared K_s [as scaled fp16]",
     "Compute": "Compute GEMM Q_r, K_s^T and get S_r | Compute OnlineSoftmax S_r with max m_i, sum l_i and rescale O_r"
                " | Compute S_r = S_r * scale * log2e",
     "Reshape": "Reshape S_r into P_r",
@@ -103,7 +104,7 @@ KEYWORDS = tuple(FORMS)
 _TERMINAL_WORDS = {
     "NAME": "a name", "NUMBER": "a number", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('",
     "RPAR": "')'", "COMMA": "','", "COLON": "':'", "EQUAL": "'='", "TRANSPOSE": "'^T'", "GET": "'get'",
-    "ACCUMULATE": "'accumulate'", "LESSTHAN": "'<'", "MORETHAN": "'>'", "STAR": "'*'", "SLASH": "'/'",
+    "ACCUMULATE": "'accumulate'", "SCALED": "'scaled'", "LESSTHAN": "'<'", "MORETHAN": "'>'", "STAR": "'*'", "SLASH": "'/'",
     "PERCENT": "'%'",
     "PARALLEL": "'parallel'", "MAX": "'max'", "$END": "end of line", "MINUS": "'-'", "PLUS": "'+'",
 }
@@ -233,8 +234,9 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def copy(self, meta, items):
-        src, src_level, dst_level, dst = items
-        return ("stmt", ("copy", src, src_level, dst_level, dst), ast.Loc(line=self.line_no, col=meta.column))
+        src, src_level, dst_level, dst, _scaled_keyword, scaled_to = items
+        return ("stmt", ("copy", src, src_level, dst_level, dst, scaled_to),
+                ast.Loc(line=self.line_no, col=meta.column))
 
     @v_args(meta=True)
     def gemm(self, meta, items):
@@ -447,9 +449,9 @@ def parse(text: str, filename: str = "<tl>") -> ast.Program:
                     payload = ast.Allocate(name=str(name), level=_level(level), shape=shape, dtype=_dtype(dtype),
                                            offset=offset, loc=loc)
                 elif isinstance(payload, tuple) and payload[0] == "copy":
-                    _, src, src_level, dst_level, dst = payload
+                    _, src, src_level, dst_level, dst, scaled_to = payload
                     payload = ast.Copy(src=src, src_level=_level(src_level), dst_level=_level(dst_level), dst=dst,
-                                       loc=loc)
+                                       scaled_to=_dtype(scaled_to), loc=loc)
                 emit(payload)
         except _Diag as d:
             diag(line_no, d.col, d.message, d.hint)

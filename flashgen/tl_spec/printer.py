@@ -100,6 +100,8 @@ def format_statement(stmt: Any, depth: int = 0) -> list[str]:
         text = f"Copy {format_ref(stmt.src)} from {stmt.src_level.value} to {stmt.dst_level.value}"
         if stmt.dst is not None:
             text += f" {format_ref(stmt.dst)}"
+        if stmt.scaled_to is not None:
+            text += f" as scaled {stmt.scaled_to.value}"
         return [pad + text]
     if isinstance(stmt, ast.ComputeGemm):
         mode = "accumulate" if stmt.accumulate else "get"

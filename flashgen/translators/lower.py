@@ -8,6 +8,8 @@ What it looks for in the one kernel holding the GEMMs (a second kernel is allowe
 - parallel loops over B, H, cdiv(N, BLOCK_M) (and SPLITS): the launch grid;
 - one sequential key loop `for n in range(START, STOP)` loading K/V tiles [n*BLOCK_N, +BLOCK_N);
   START/STOP (Lets inlined) become kv_tile_begin/kv_tile_end;
+- tile loads `as scaled fp16` only where the arch's tensor cores do not take the program's dtype (bf16/fp32
+  on sm_75): that is how the translator stores those tiles anyway (docs/turing-dtypes.md);
 - `Compute GEMM Q, K^T and get S`, then the steps on S, in order:
     * `S = S * c` with c a product of constants and `scale`: a change of units (tracked, not emitted);
     * `S = where(cond, S, -inf)` (or `where(cond, -inf, S)`, `S + where(cond, 0, -inf)`): a mask; the
@@ -34,6 +36,7 @@ from pydantic import BaseModel, ConfigDict
 
 from flashgen.abi import KernelManifest
 from flashgen.errors import UsageError
+from flashgen.targets import tensor_cores_take
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.printer import format_expr, format_program
 from flashgen.translators.cexpr import (
@@ -392,6 +395,8 @@ class _Lowering:
             raise self.fail(self.kernel, "the query tile is never loaded (Copy Q[b, h, q0 : q0 + BLOCK_M, 0 : D] ...)")
 
     def copy(self, s: ast.Copy, in_loop: bool) -> None:
+        if s.scaled_to is not None:
+            self.check_scaled(s)
         if s.src_level is ast.Level.global_:
             g = s.src.name
             if s.dst is None:
@@ -411,6 +416,21 @@ class _Lowering:
                 raise self.fail(s, "a local Copy needs a destination tile")
             if s.src.name in self.origin:
                 self.origin[s.dst.name] = self.origin[s.src.name]
+
+    def check_scaled(self, s: ast.Copy) -> None:
+        """`Copy ... as scaled fp16`: the per-tile scaled fp16 tiles the translator uses where the tensor cores do
+        not take bf16/fp32 (sm_75, docs/turing-dtypes.md). Where they do, it would be a slower, lossy path that no
+        translator implements."""
+        form = f"`as scaled {s.scaled_to.value}`"
+        if s.src_level is not ast.Level.global_ or s.dst_level is not ast.Level.shared:
+            raise self.fail(s, f"Copy of {s.src.name} {form}: only a load from global to shared converts")
+        if s.scaled_to.value != "fp16" or self.dtype.value not in ("bf16", "fp32"):
+            raise self.fail(s, f"Copy of {s.src.name} {form} in a {self.dtype.value} program: the {self.arch} "
+                               "translator converts only bf16/fp32 tiles to scaled fp16")
+        if tensor_cores_take(self.arch, self.dtype):
+            raise self.fail(s, f"Copy of {s.src.name} {form}: the {self.arch} tensor cores take {self.dtype.value} "
+                               f"tiles as they are; the {self.arch} translator does not convert them (drop {form} and "
+                               f"keep the shared tile {self.dtype.value})")
 
     def check_rows(self, s: ast.Copy, ref: ast.Ref, var_role: str, block: str, kv: bool) -> None:
         """Q[b, h, m*BLOCK_M : +BLOCK_M, 0 : D] or K/V[b, h (// KV_GROUP), n*BLOCK_N : +BLOCK_N, 0 : D]."""

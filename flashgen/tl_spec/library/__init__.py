@@ -1,6 +1,7 @@
 """The TL library: full and sketch LLM-TL programs for each variant, rendered from one jinja2 template.
 
-`render(variant, dtype=..., arch=..., params=..., form=...)` renders any variant; the named programs in
+`render(variant, dtype=..., arch=..., params=..., form=...)` renders any variant (on an arch whose tensor
+cores do not take the dtype, bf16/fp32 on sm_75, Q/K/V are loaded `as scaled fp16`); the named programs in
 `PROGRAMS` are also committed as files (`<name>.full.tl`, `<name>.sketch.tl`) so that a model, a
 reviewer or the translator's tests can read them. `python -m flashgen.tl_spec.library` (or
 `flashgen tl library --write`) re-renders the files; a test asserts that they equal the rendering.
@@ -60,6 +61,7 @@ def render(variant: Variant, *, dtype: DType | str = DType.fp16, arch: str = "sm
     `params` must hold BLOCK_M and BLOCK_N (split-KV also SPLITS, 4 when absent); other entries (WARPS,
     STAGES, ...) are carried into the Params line. `explicit_softmax` writes the online softmax as explicit steps
     instead of the OnlineSoftmax composite."""
+    from flashgen.targets import tensor_cores_take
     from flashgen.tl_spec.parser import parse
     from flashgen.tl_spec.printer import format_program, format_variant
 
@@ -76,7 +78,8 @@ def render(variant: Variant, *, dtype: DType | str = DType.fp16, arch: str = "sm
     text = _env().get_template("attention.tl.j2").render(
         v=variant, dtype=dtype.value, arch=arch, head_dim=head_dim, params=params, full=form == "full",
         kv="h // KV_GROUP" if variant.kv_group > 1 else "h", lse=variant.return_lse, softmax=softmax,
-        variant_line=format_variant(variant), name=name or variant.name, explicit_softmax=explicit_softmax)
+        variant_line=format_variant(variant), name=name or variant.name, explicit_softmax=explicit_softmax,
+        scaled=not tensor_cores_take(arch, dtype))
     return format_program(parse(text, filename=f"<{name or variant.name}.{form}.tl>"))
 
 
