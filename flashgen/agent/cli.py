@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from flashgen import variant_options as opts
 from flashgen.api import DEFAULT_DTYPE, DEFAULT_GPU, DEFAULT_HEAD_DIM
 from flashgen.errors import UsageError
 
@@ -17,15 +18,15 @@ def register(app: typer.Typer) -> None:
         gpu: str = typer.Option(DEFAULT_GPU, "--gpu", help="target GPU (see `flashgen targets`)"),
         dtype: str = typer.Option(DEFAULT_DTYPE, "--dtype", help="fp16, bf16 or fp32 (bf16 and fp32 on sm_75 run through scaled fp16 tiles; fp32 elsewhere through tf32)"),
         head_dim: int = typer.Option(DEFAULT_HEAD_DIM, "--head-dim", help="D"),
-        causal: bool = typer.Option(False, "--causal", help="causal mask (bottom-right aligned)"),
-        window: int | None = typer.Option(None, "--window", help="sliding window in keys (needs --causal)"),
-        alibi: bool = typer.Option(False, "--alibi", help="ALiBi bias"),
-        softcap: float | None = typer.Option(None, "--softcap", help="logit softcap C"),
-        kv_heads: int | None = typer.Option(None, "--kv-heads", help="KV heads (GQA/MQA; with --heads)"),
-        heads: int | None = typer.Option(None, "--heads", help="query heads, to turn --kv-heads into a group"),
-        kv_group: int | None = typer.Option(None, "--kv-group", help="query heads per KV head (GQA)"),
-        norm: str = typer.Option("softmax", "--norm", help="softmax | relu | sigmoid"),
-        lse: bool = typer.Option(False, "--lse", help="also return the log-sum-exp"),
+        causal: opts.Causal = False,
+        window: opts.Window = None,
+        alibi: opts.Alibi = False,
+        softcap: opts.Softcap = None,
+        kv_heads: opts.KvHeads = None,
+        heads: opts.Heads = None,
+        kv_group: opts.KvGroup = None,
+        norm: opts.NormName = "softmax",
+        lse: opts.Lse = False,
         provider: str = typer.Option("expert", "--provider", help="expert | openai | anthropic | openai-compatible"),
         model: str | None = typer.Option(None, "--model", help="model name for an LLM provider"),
         base_url: str | None = typer.Option(None, "--base-url", help="endpoint of an OpenAI-compatible server"),
@@ -39,17 +40,18 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Generate a FlashAttention kernel: LLM-TL sketch -> full TL -> CUDA, checked, compiled, verified."""
         from flashgen.agent.environment import Environment
-        from flashgen.api import default_out_dir, generate, make_variant, parse_dtype
+        from flashgen.api import default_out_dir, generate, parse_dtype
 
         console = Console(stderr=True)
-        group = _kv_group(kv_heads, heads, kv_group)
+        group = opts.kv_group_from(kv_heads, heads, kv_group)
         if max_iters < 1:
             raise UsageError(f"--max-iters must be at least 1, got {max_iters}")
         env = Environment()
         if resume is None and out is None:
             target = env.target(gpu)
-            variant = make_variant(causal=causal, window=window, alibi=alibi, softcap=softcap, norm=norm, lse=lse,
-                                   kv_group=group)
+            variant = opts.variant_from_options(causal=causal, window=window, alibi=alibi, softcap=softcap,
+                                                kv_heads=kv_heads, heads=heads, kv_group=kv_group, norm=norm,
+                                                lse=lse)
             out = default_out_dir(target.name, parse_dtype(dtype), variant, head_dim)
         if resume is not None and out is None:
             raise UsageError("--resume needs --out (where the finished kernel goes)")
@@ -74,16 +76,3 @@ def register(app: typer.Typer) -> None:
             console.print(f"roofline lower bound at {roof['shape']}: {roof['time_s'] * 1e3:.3g} ms "
                           f"({roof['bound']}-bound, {roof.get('tflops_at_bound', 0):.0f} TFLOP/s)", highlight=False)
 
-
-def _kv_group(kv_heads: int | None, heads: int | None, kv_group: int | None) -> int:
-    if kv_heads is None:
-        if heads is not None:
-            raise UsageError("--heads only matters with --kv-heads")
-        return kv_group or 1
-    if kv_group is not None:
-        raise UsageError("give --kv-heads (with --heads) or --kv-group, not both")
-    if heads is None:
-        raise UsageError("--kv-heads K needs --heads H (the kernel is built for the group size H / K)")
-    if kv_heads < 1 or heads % kv_heads:
-        raise UsageError(f"--heads {heads} is not a multiple of --kv-heads {kv_heads}")
-    return heads // kv_heads

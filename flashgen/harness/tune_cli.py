@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from flashgen import variant_options as opts
 from flashgen.errors import UsageError
 from flashgen.variant import DType, Shape, Variant
 
@@ -68,15 +69,15 @@ def register(app: typer.Typer) -> None:
         gpu: str = typer.Option(..., "--gpu", help="target GPU (see `flashgen targets`)"),
         dtype: str = typer.Option(..., "--dtype", help="fp16, bf16 or fp32"),
         head_dim: int = typer.Option(..., "--head-dim", help="D"),
-        causal: bool = typer.Option(False, "--causal", help="causal mask (bottom-right aligned)"),
-        window: int | None = typer.Option(None, "--window", help="sliding window in keys (needs --causal)"),
-        alibi: bool = typer.Option(False, "--alibi", help="ALiBi bias"),
-        softcap: float | None = typer.Option(None, "--softcap", help="logit softcap C"),
-        kv_heads: int | None = typer.Option(None, "--kv-heads", help="KV heads (GQA/MQA; with --heads)"),
-        heads: int | None = typer.Option(None, "--heads", help="query heads, to turn --kv-heads into a group"),
-        kv_group: int | None = typer.Option(None, "--kv-group", help="query heads per KV head (GQA)"),
-        norm: str = typer.Option("softmax", "--norm", help="softmax | relu | sigmoid"),
-        lse: bool = typer.Option(False, "--lse", help="also return the log-sum-exp"),
+        causal: opts.Causal = False,
+        window: opts.Window = None,
+        alibi: opts.Alibi = False,
+        softcap: opts.Softcap = None,
+        kv_heads: opts.KvHeads = None,
+        heads: opts.Heads = None,
+        kv_group: opts.KvGroup = None,
+        norm: opts.NormName = "softmax",
+        lse: opts.Lse = False,
         shapes: str | None = typer.Option(None, "--shapes", help='timed shapes, e.g. "B=4,H=16,N=4096,D=128;..." '
                                           "(default: B*N = 16k tokens at N = 1k, 4k, 16k)"),
         budget: float = typer.Option(900.0, "--budget", help="seconds the GPU search may take"),
@@ -88,8 +89,7 @@ def register(app: typer.Typer) -> None:
         json_out: Path | None = typer.Option(None, "--json", help="also write the whole search result here"),
     ) -> None:
         """Choose tile parameters: CPU filters and a listing without a GPU, a timed search with one."""
-        from flashgen.agent.cli import _kv_group
-        from flashgen.api import make_variant, parse_dtype
+        from flashgen.api import parse_dtype
         from flashgen.harness.worker import have_gpu
         from flashgen.translators.params import choose_params_with_source
         from flashgen.translators.search import resolve_target, screen_candidates
@@ -97,8 +97,8 @@ def register(app: typer.Typer) -> None:
         console = Console()
         if limit is not None and limit < 1:
             raise UsageError(f"--limit must be at least 1, got {limit}")
-        variant = make_variant(causal=causal, window=window, alibi=alibi, softcap=softcap, norm=norm, lse=lse,
-                               kv_group=_kv_group(kv_heads, heads, kv_group))
+        variant = opts.variant_from_options(causal=causal, window=window, alibi=alibi, softcap=softcap,
+                                            kv_heads=kv_heads, heads=heads, kv_group=kv_group, norm=norm, lse=lse)
         dt = parse_dtype(dtype)
         target = resolve_target(gpu)
         from flashgen.translators.plan import SUPPORTED_HEAD_DIMS

@@ -16,6 +16,7 @@ import jinja2
 
 from flashgen.abi import KernelManifest, Launch
 from flashgen.errors import UsageError
+from flashgen.targets import tensor_cores_take
 from flashgen.translators.plan import KernelPlan, NormKind, check_expressions
 from flashgen.variant import DType
 
@@ -51,13 +52,14 @@ def _tile_bytes(rows: int, cols: int, itemsize: int) -> int:
 
 
 def smem_itemsize(arch: str, dtype: DType) -> int:
-    """Bytes per shared-memory element: Turing stages bf16/fp32 tiles as scaled fp16 (docs/turing-dtypes.md)."""
-    return 2 if arch == "sm_75" else dtype.itemsize
+    """Bytes per shared-memory element: where the tensor cores do not take the dtype (bf16/fp32 on Turing) tiles
+    are staged as scaled fp16 (docs/turing-dtypes.md)."""
+    return DType.fp16.itemsize if not tensor_cores_take(arch, dtype) else dtype.itemsize
 
 
 def turing_scaled(plan: KernelPlan) -> bool:
     """bf16/fp32 on sm_75: per-tile power-of-two scaled fp16 tiles on the fp16-only tensor cores."""
-    return plan.arch == "sm_75" and plan.dtype is not DType.fp16
+    return not tensor_cores_take(plan.arch, plan.dtype)
 
 
 def turing_early_words(plan: KernelPlan) -> int:
