@@ -1145,13 +1145,16 @@ class _Lowering:
     # ------------------------------------------------------------------ the plan
     def build_plan(self, name, mods, prologue, visible, mask_tile, norm, write_lse, begin, end) -> KernelPlan:
         from flashgen.translators.params import choose_params
+        from flashgen.translators.render import max_stages_range
 
         defaults = choose_params(self.variant, self.arch, self.dtype, self.head_dim)
         params = {**defaults, **{k: v for k, v in self.params.items() if k in defaults}}
-        if params.get("STAGES", 1) != 1:
-            self.notes.append(f"STAGES={params['STAGES']}: the {self.arch} translator implements the FA2 K/V "
-                              "interleave (STAGES=1) and uses it")
-            params["STAGES"] = 1
+        stages_ok = max_stages_range(self.arch)
+        if params.get("STAGES", 1) not in stages_ok:
+            used = max(stages_ok)
+            self.notes.append(f"STAGES={params['STAGES']}: the {self.arch} translator buffers K and V at most "
+                              f"{used} deep and uses STAGES={used}")
+            params["STAGES"] = used
         if "WARPS" not in self.params:
             while params["WARPS"] > 1 and params["BLOCK_M"] % (16 * params["WARPS"]):
                 params["WARPS"] //= 2

@@ -70,10 +70,10 @@ def estimate_registers(block_m: int, block_n: int, warps: int, head_dim: int, q_
     return acc_o + acc_s + q_frag + _REG_OVERHEAD
 
 
-def _smem(block_m: int, block_n: int, head_dim: int, itemsize: int) -> int:
-    from flashgen.translators.render import _tile_bytes
+def _smem(block_m: int, block_n: int, head_dim: int, itemsize: int, stages: int = 1) -> int:
+    from flashgen.translators.render import tiles_bytes
 
-    return _tile_bytes(block_m, head_dim, itemsize) + 2 * _tile_bytes(block_n, head_dim, itemsize)
+    return tiles_bytes(block_m, block_n, head_dim, itemsize, stages)
 
 
 class ModelScore(BaseModel):
@@ -95,7 +95,7 @@ def model_score(arch: str, dtype: DType, head_dim: int, params: dict[str, int]) 
     q_in_regs = bool(params.get("Q_IN_REGS", 1))
     smem_per_sm = {"sm_75": 64 << 10, "sm_86": 100 << 10, "sm_89": 100 << 10}.get(arch, 164 << 10)
     regs = estimate_registers(block_m, block_n, warps, head_dim, q_in_regs, itemsize)
-    smem = _smem(block_m, block_n, head_dim, itemsize)
+    smem = _smem(block_m, block_n, head_dim, itemsize, int(params.get("STAGES", 1)))
     blocks = min(smem_per_sm // smem, 65536 // (max(regs, 64) * 32 * warps))
     rows_per_warp = block_m // warps
     # flops per smem byte read by one warp per key tile: QK^T + PV over (K, V [, Q])
@@ -203,7 +203,7 @@ def choose_params_with_source(variant: Variant, target: str, dtype: DType, head_
     itemsize = smem_itemsize(arch, dtype)
 
     def fits(found: dict[str, int]) -> bool:
-        return _smem(found["BLOCK_M"], found["BLOCK_N"], head_dim, itemsize) <= smem_limit(arch)
+        return _smem(found["BLOCK_M"], found["BLOCK_N"], head_dim, itemsize, found.get("STAGES", 1)) <= smem_limit(arch)
 
     if gpu is not None:
         entry = load_tuned(gpu, tuned_dir).entries.get(tuned_key(dtype, variant, head_dim))

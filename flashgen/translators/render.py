@@ -68,9 +68,19 @@ def turing_early_words(plan: KernelPlan) -> int:
     return 0 if plan.head_dim >= 256 else 4
 
 
+def max_stages_range(arch: str) -> range:
+    """K/V buffer depths the template implements: Turing's register-staged loads have one; cp.async two."""
+    return range(1, 2) if arch == "sm_75" else range(1, 3)
+
+
+def tiles_bytes(block_m: int, block_n: int, head_dim: int, itemsize: int, stages: int = 1) -> int:
+    """Q's tile plus `stages` K and V tiles each."""
+    return _tile_bytes(block_m, head_dim, itemsize) + 2 * stages * _tile_bytes(block_n, head_dim, itemsize)
+
+
 def smem_bytes(plan: KernelPlan) -> int:
     item = smem_itemsize(plan.arch, plan.dtype)
-    tiles = _tile_bytes(plan.block_m, plan.head_dim, item) + 2 * _tile_bytes(plan.block_n, plan.head_dim, item)
+    tiles = tiles_bytes(plan.block_m, plan.block_n, plan.head_dim, item, plan.stages)
     # Turing bf16/fp32: one fp32 block-max slot per warp for each of the Q, K and V loaders
     return tiles + (3 * 4 * plan.warps if turing_scaled(plan) else 0)
 
@@ -102,8 +112,9 @@ def _arch_code_path(plan: KernelPlan) -> str:
 
 def _validate(plan: KernelPlan) -> None:
     check_expressions(plan)
-    if plan.stages != 1:
-        raise UsageError(f"{plan.name}: stages={plan.stages}: only the FA2 K/V interleave (stages=1) is implemented")
+    if plan.stages not in max_stages_range(plan.arch):
+        raise UsageError(f"{plan.name}: stages={plan.stages}: the {plan.arch} translator implements "
+                         f"STAGES in {list(max_stages_range(plan.arch))}")
     limit = smem_limit(plan.arch)
     need = smem_bytes(plan)
     if need > limit:
@@ -140,6 +151,8 @@ def render(plan: KernelPlan, *, inline: bool = True) -> tuple[str, KernelManifes
         softmax=plan.norm.kind is NormKind.softmax,
         raw_scores=plan.norm.kind is NormKind.softmax and not plan.score_mods,
         turing_scaled=turing_scaled(plan), turing_early_words=turing_early_words(plan),
+        # P packed to 16 bits straight after the exponentials; fp32 (tf32) and Turing's rescaled tiles keep fp32 P
+        packed_p=plan.norm.kind is NormKind.softmax and plan.dtype is not DType.fp32 and not turing_scaled(plan),
     )
     source = _environment().get_template("attention_fwd.cu.j2").render(**context)
     if inline:

@@ -21,6 +21,7 @@ is the real one (one GpuWorker for both).
 from __future__ import annotations
 
 import datetime as _dt
+import re
 import time
 from collections.abc import Callable, Sequence
 from functools import lru_cache
@@ -46,10 +47,22 @@ BLOCK_MS = (64, 128, 256)
 BLOCK_NS = (16, 32, 64, 128)  # 16: the only key tile that fits d256 in fp32 or on Turing
 WARPS = (4, 8)
 Q_IN_REGS = (0, 1)
-# render implements only the FA2 K/V interleave (flashgen.translators.render._validate rejects other depths)
-STAGES = (1,)
+# K/V buffer depths render implements (flashgen.translators.render.max_stages_range; sm_75 has only 1)
+STAGES = (1, 2)
 # verified on these few cases of harness.verify.default_cases before timing (as the fa2 suite does)
 VERIFY_CASES = ("tails", "n_gt_m", "large_magnitude")
+
+
+_COMPACT = re.compile(r"^(\d+)x(\d+)w(\d+)q([01])s(\d+)$")
+
+
+def parse_compact_params(text: str) -> dict[str, int]:
+    """'128x64w4q0s2' -> BLOCK_M=128, BLOCK_N=64, WARPS=4, Q_IN_REGS=0, STAGES=2 (the benchmarks' notation)."""
+    found = _COMPACT.match(text.strip())
+    if not found:
+        raise UsageError(f"tile parameters {text!r} are not BMxBNwWqQsS (e.g. 128x64w4q0s2)")
+    bm, bn, w, q, s = map(int, found.groups())
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "WARPS": w, "STAGES": s, "Q_IN_REGS": q}
 
 
 def params_label(params: dict[str, int]) -> str:

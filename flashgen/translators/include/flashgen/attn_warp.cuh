@@ -58,30 +58,43 @@ struct attn_mma16 {
     }
   }
 
-  __device__ __forceinline__ static void pv(float (&o)[MT][D / 8][4], const float (&p)[MT][BN / 8][4], const T* sV,
-                                            int lane) {
+  // P as m16n8k16 A fragments: p16[mt][kk] covers keys 16kk..16kk+15 of rows mt*16.. (pack_p's layout).
+  using p_frags = uint32_t[MT][BN / 16][4];
+
+  // Where score (nt, c) of a C fragment goes in p_frags: a pair (c, c+1), c even, is one register.
+  __device__ __forceinline__ static uint32_t& p_slot(p_frags& p16, int mt, int nt, int half) {
+    return p16[mt][nt / 2][(nt & 1) * 2 + half];
+  }
+
+  __device__ __forceinline__ static void pv(float (&o)[MT][D / 8][4], const p_frags& p16, const T* sV, int lane) {
     const int mi = lane >> 3;
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      uint32_t a[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        a[mt][0] = pack2<T>(p[mt][2 * kk][0], p[mt][2 * kk][1]);
-        a[mt][1] = pack2<T>(p[mt][2 * kk][2], p[mt][2 * kk][3]);
-        a[mt][2] = pack2<T>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
-        a[mt][3] = pack2<T>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
-      }
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t b[4];
         ldsm_x4_trans(b, sV + KL::chunk_offset(kk * 16 + (mi & 1) * 8 + (lane & 7), dp * 2 + (mi >> 1)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma_16816<T>(o[mt][2 * dp], a[mt], b[0], b[1]);
-          mma_16816<T>(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+          mma_16816<T>(o[mt][2 * dp], p16[mt][kk], b[0], b[1]);
+          mma_16816<T>(o[mt][2 * dp + 1], p16[mt][kk], b[2], b[3]);
         }
       }
     }
+  }
+
+  // P still in fp32 C fragments (norms other than the online softmax, Turing's rescaled tiles).
+  __device__ __forceinline__ static void pv(float (&o)[MT][D / 8][4], const float (&p)[MT][BN / 8][4], const T* sV,
+                                            int lane) {
+    p_frags p16;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          p_slot(p16, mt, nt, half) = pack2<T>(p[mt][nt][2 * half], p[mt][nt][2 * half + 1]);
+    pv(o, p16, sV, lane);
   }
 };
 

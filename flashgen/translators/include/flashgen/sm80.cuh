@@ -14,6 +14,9 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+// Wait until at most PENDING of this thread's most recent groups are still in flight.
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
 
 // ROWS x COLS tile of T (row stride in elements, last dim contiguous) into an st_layout tile.
 template <int ROWS, int COLS, typename T, int THREADS>
@@ -22,15 +25,32 @@ struct tile_loader {
   static constexpr int TOTAL = ROWS * L::CHUNKS;
   static constexpr int ITERS = (TOTAL + THREADS - 1) / THREADS;
 
+  // A thread copies chunk (tid % CHUNKS) of rows tid / CHUNKS + i * ROW_STEP: one base address and one
+  // row step per thread, so the addresses of a tile cost two registers however many chunks a thread moves.
+  static constexpr bool REGULAR = THREADS % L::CHUNKS == 0 && TOTAL % THREADS == 0;
+  static constexpr int ROW_STEP = THREADS / L::CHUNKS;
+
   __device__ __forceinline__ void issue(T* smem, const T* gmem, long long row_stride, int rows_valid, int tid) {
+    if constexpr (REGULAR) {
+      const int row0 = tid / L::CHUNKS, chunk = tid % L::CHUNKS;
+      const T* src = gmem + row0 * row_stride + chunk * L::CHUNK_ELEMS;
+      const long long step = ROW_STEP * row_stride;
 #pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      const int idx = tid + i * THREADS;
-      if (TOTAL % THREADS == 0 || idx < TOTAL) {
-        const int row = idx / L::CHUNKS, chunk = idx % L::CHUNKS;
+      for (int i = 0; i < ITERS; ++i) {
+        const int row = row0 + i * ROW_STEP;
         const bool valid = row < rows_valid;
-        const T* src = gmem + (valid ? row * row_stride + chunk * L::CHUNK_ELEMS : 0);
-        cp_async_16(smem + L::chunk_offset(row, chunk), src, valid);
+        cp_async_16(smem + L::chunk_offset(row, chunk), valid ? src + i * step : gmem, valid);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < ITERS; ++i) {
+        const int idx = tid + i * THREADS;
+        if (TOTAL % THREADS == 0 || idx < TOTAL) {
+          const int row = idx / L::CHUNKS, chunk = idx % L::CHUNKS;
+          const bool valid = row < rows_valid;
+          const T* src = gmem + (valid ? row * row_stride + chunk * L::CHUNK_ELEMS : 0);
+          cp_async_16(smem + L::chunk_offset(row, chunk), src, valid);
+        }
       }
     }
     cp_async_commit();

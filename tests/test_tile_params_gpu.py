@@ -1,0 +1,77 @@
+"""The translator's other tile shapes: the parameters a search (`flashgen tune`) may choose instead of the
+defaults must be as correct as the defaults. Double-buffered K/V (STAGES=2), Q re-read from shared memory,
+one or two 16-row MMA tiles per warp and key tiles of 32..128, each through the harness's whole
+verification suite on the GPU present."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from flashgen.variant import DType, Variant
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+pytestmark = pytest.mark.gpu
+
+GPU = "h200"
+VARIANTS = {
+    "plain": Variant(),
+    "causal": Variant(causal=True),
+    "window": Variant(causal=True, window=48),
+    "decode_splitkv": Variant(split_kv=True, return_lse=True),
+    "causal_alibi_softcap_lse": Variant(causal=True, alibi=True, softcap=30.0, return_lse=True),
+}
+# BMxBNwWqQsS: BLOCK_M x BLOCK_N, WARPS, Q_IN_REGS, STAGES
+CONFIGS = ("128x64w4q0s2", "128x64w4q1s2", "128x128w8q1s2", "64x32w4q1s2", "128x64w8q0s1")
+MATRIX = ([(v, DType.bf16, d, c) for v in VARIANTS for d in (64, 128) for c in CONFIGS]
+          + [(v, DType.fp16, d, c) for v in VARIANTS for d in (64, 128) for c in ("128x64w4q0s2", "128x128w8q1s2")]
+          + [(v, DType.fp32, d, "64x32w4q0s2") for v in ("plain", "causal") for d in (64, 128)])
+
+
+def _build(name: str, dtype: DType, head_dim: int, config: str):
+    from flashgen.harness.suite import translation_target
+    from flashgen.tl_spec import library, parse
+    from flashgen.translators import translate
+    from flashgen.translators.search import kernel_name, parse_compact_params
+
+    target = translation_target(GPU)
+    params = parse_compact_params(config)
+    variant = VARIANTS[name]
+    tl = library.render(variant, dtype=dtype, arch=target.arch, head_dim=head_dim, params=params, form="full")
+    translation = translate(parse(tl, "kernel.tl"), target, name=kernel_name(variant, dtype, head_dim, target.arch,
+                                                                             params))
+    assert translation.manifest.params == params, "the translator changed the requested parameters"
+    return translation.source, translation.manifest
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    from flashgen.harness.compile import compile_many
+    from flashgen.harness.worker import device_arch
+
+    built = {key: _build(*key) for key in MATRIX}
+    results = compile_many([source for source, _ in built.values()], device_arch())
+    failed = [f"{key}: {r.feedback_text(300)}" for key, r in zip(built, results) if not r.ok]
+    assert not failed, "\n".join(failed)
+    return built
+
+
+@pytest.fixture(scope="module")
+def worker():
+    from flashgen.harness.worker import GpuWorker
+
+    with GpuWorker(job_timeout_s=240) as w:
+        yield w
+
+
+@pytest.mark.parametrize("name,dtype,head_dim,config", MATRIX,
+                         ids=[f"{v}-{dt.value}-d{d}-{c}" for v, dt, d, c in MATRIX])
+def test_tile_parameters_pass_verification(kernels, worker, name, dtype, head_dim, config):
+    from flashgen.harness.worker import KernelInput
+
+    source, manifest = kernels[(name, dtype, head_dim, config)]
+    report = worker.verify(KernelInput(manifest=manifest, source=source))
+    assert report.ok, report.summary
