@@ -43,7 +43,8 @@ def _build(name: str, dtype: DType, head_dim: int, config: str):
     tl = library.render(variant, dtype=dtype, arch=target.arch, head_dim=head_dim, params=params, form="full")
     translation = translate(parse(tl, "kernel.tl"), target, name=kernel_name(variant, dtype, head_dim, target.arch,
                                                                              params))
-    assert translation.manifest.params == params, "the translator changed the requested parameters"
+    chosen = {key: translation.manifest.params[key] for key in params}
+    assert chosen == params, f"the translator changed the requested parameters: {chosen} != {params}"
     return translation.source, translation.manifest
 
 

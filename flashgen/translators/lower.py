@@ -1144,11 +1144,11 @@ class _Lowering:
 
     # ------------------------------------------------------------------ the plan
     def build_plan(self, name, mods, prologue, visible, mask_tile, norm, write_lse, begin, end) -> KernelPlan:
-        from flashgen.translators.params import choose_params
+        from flashgen.translators.params import TILE_KEYS, choose_params
         from flashgen.translators.render import max_stages_range
 
         defaults = choose_params(self.variant, self.arch, self.dtype, self.head_dim)
-        params = {**defaults, **{k: v for k, v in self.params.items() if k in defaults}}
+        params = {**defaults, **{k: v for k, v in self.params.items() if k in defaults or k in TILE_KEYS}}
         stages_ok = max_stages_range(self.arch)
         if params.get("STAGES", 1) not in stages_ok:
             used = max(stages_ok)
@@ -1171,7 +1171,7 @@ class _Lowering:
                 if not self.variant.split_kv and write_lse != self.variant.return_lse else self.variant,
                 score_mods=mods, prologue=prologue, visible=visible, norm=norm, write_lse=write_lse,
                 kv_tile_begin=begin, kv_tile_end=end, mask_tile=mask_tile,
-                q_in_regs=bool(params.get("Q_IN_REGS", 1)))
+                q_in_regs=bool(params.get("Q_IN_REGS", 1)), group_heads=int(params.get("GROUP_HEADS", 1)))
         except ValueError as exc:
             msg = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors()) \
                 if hasattr(exc, "errors") else str(exc)

@@ -20,7 +20,8 @@ from flashgen.errors import UsageError
 from flashgen.variant import DType, Variant
 
 TUNED_DIR = Path(__file__).parent / "tuned"
-TILE_KEYS = ("BLOCK_M", "BLOCK_N", "WARPS", "STAGES", "Q_IN_REGS")
+# GROUP_HEADS (launch order; optional, 1 when absent) is a schedule parameter, not a tile one, but it travels with them
+TILE_KEYS = ("BLOCK_M", "BLOCK_N", "WARPS", "STAGES", "Q_IN_REGS", "GROUP_HEADS")
 
 # (arch family, dtype, head_dim) -> params. Families: "sm80" (sm_80..sm_90, mma.sync path), "sm75".
 # Filled from benchmarks/kernel_dev measurements on the H200 (see benchmarks/kernel_dev/NOTES.md).

@@ -122,6 +122,10 @@ class KernelPlan(BaseModel):
                            "seqlen_k tail itself); tiles where it is false skip the `visible` test")
     q_in_regs: bool = Field(default=True, description="Q fragments loaded once into registers (else re-read from "
                             "shared memory each tile, saving registers for large head dims)")
+    group_heads: int = Field(default=1, ge=1, description="launch order: the query blocks of this many (batch, head) "
+                             "pairs launch together (causal: longest rows first). 1 keeps the CTAs resident at once "
+                             "on few heads, whose K/V then come from L2; more spreads a causal block's long rows "
+                             "over the whole launch, for a shorter tail")
 
     @model_validator(mode="after")
     def _check(self) -> KernelPlan:
@@ -241,6 +245,7 @@ def plan_for_variant(variant: Variant, arch: str, dtype: DType, head_dim: int, *
             stages=int(params["STAGES"]), variant=variant, score_mods=mods, prologue=prologue + norm_prologue,
             visible=visible, norm=norm, write_lse=variant.return_lse, kv_tile_begin=begin, kv_tile_end=end,
             mask_tile=mask_tile, q_in_regs=bool(params.get("Q_IN_REGS", 1)),
+            group_heads=int(params.get("GROUP_HEADS", 1)),
         )
     except ValueError as exc:
         raise UsageError(f"cannot plan {kernel_name}: {exc}") from None

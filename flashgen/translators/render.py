@@ -147,7 +147,7 @@ def render(plan: KernelPlan, *, inline: bool = True) -> tuple[str, KernelManifes
         warp_mma = f"fg::warp::attn_mma16<T, MT, D, BLOCK_N, {str(plan.q_in_regs).lower()}, BLOCK_M>"
     context = dict(
         plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], arch_header=_arch_code_path(plan),
-        warp_mma=warp_mma, split=split, reverse_m=plan.variant.causal and not split,
+        warp_mma=warp_mma, split=split, reverse_m=plan.variant.causal,
         softmax=plan.norm.kind is NormKind.softmax,
         raw_scores=plan.norm.kind is NormKind.softmax and not plan.score_mods,
         turing_scaled=turing_scaled(plan), turing_early_words=turing_early_words(plan),
@@ -159,7 +159,7 @@ def render(plan: KernelPlan, *, inline: bool = True) -> tuple[str, KernelManifes
         source = inline_headers(source)
     smem = smem_bytes(plan)
     m_tiles = f"cdiv(N, {plan.block_m})"
-    launches = [Launch(kernel=plan.name, grid=("H", "B", f"{m_tiles}*SPLITS" if split else m_tiles),
+    launches = [Launch(kernel=plan.name, grid=(f"{m_tiles}*SPLITS" if split else m_tiles, "H", "B"),
                        threads=plan.threads, smem_bytes=smem)]
     if split:
         launches.append(Launch(kernel=f"{plan.name}_combine", grid=(f"cdiv(N, {COMBINE_ROWS_PER_BLOCK})", "H", "B"),
@@ -170,7 +170,7 @@ def render(plan: KernelPlan, *, inline: bool = True) -> tuple[str, KernelManifes
         workspace_floats="B*H*SPLITS*N*(D+1)" if split else "0",
         num_splits=num_splits_expr(plan) if split else "1",
         params={"BLOCK_M": plan.block_m, "BLOCK_N": plan.block_n, "WARPS": plan.warps, "STAGES": plan.stages,
-                "Q_IN_REGS": int(plan.q_in_regs)},
+                "Q_IN_REGS": int(plan.q_in_regs), "GROUP_HEADS": plan.group_heads},
         notes=(_TURING_NOTE.format(dtype=plan.dtype.value) if turing_scaled(plan)
                else "fp32 inputs run on tf32 tensor cores (10-bit mantissa products, fp32 accumulation)"
                if plan.dtype is DType.fp32 else ""),

@@ -53,21 +53,25 @@ STAGES = (1, 2)
 VERIFY_CASES = ("tails", "n_gt_m", "large_magnitude")
 
 
-_COMPACT = re.compile(r"^(\d+)x(\d+)w(\d+)q([01])s(\d+)$")
+_COMPACT = re.compile(r"^(\d+)x(\d+)w(\d+)q([01])s(\d+)(?:g(\d+))?$")
 
 
 def parse_compact_params(text: str) -> dict[str, int]:
-    """'128x64w4q0s2' -> BLOCK_M=128, BLOCK_N=64, WARPS=4, Q_IN_REGS=0, STAGES=2 (the benchmarks' notation)."""
+    """'128x64w4q0s2g4' -> BLOCK_M=128, BLOCK_N=64, WARPS=4, Q_IN_REGS=0, STAGES=2, GROUP_HEADS=4 (the
+    benchmarks' notation; gG is optional)."""
     found = _COMPACT.match(text.strip())
     if not found:
-        raise UsageError(f"tile parameters {text!r} are not BMxBNwWqQsS (e.g. 128x64w4q0s2)")
-    bm, bn, w, q, s = map(int, found.groups())
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "WARPS": w, "STAGES": s, "Q_IN_REGS": q}
+        raise UsageError(f"tile parameters {text!r} are not BMxBNwWqQsS[gG] (e.g. 128x64w4q0s2)")
+    bm, bn, w, q, s, g = found.groups()
+    params = {"BLOCK_M": int(bm), "BLOCK_N": int(bn), "WARPS": int(w), "STAGES": int(s), "Q_IN_REGS": int(q)}
+    if g is not None:
+        params["GROUP_HEADS"] = int(g)
+    return params
 
 
 def params_label(params: dict[str, int]) -> str:
     return (f"{params['BLOCK_M']}x{params['BLOCK_N']} w{params['WARPS']} s{params.get('STAGES', 1)} "
-            f"q{params.get('Q_IN_REGS', 1)}")
+            f"q{params.get('Q_IN_REGS', 1)}" + (f" g{params['GROUP_HEADS']}" if params.get("GROUP_HEADS", 1) != 1 else ""))
 
 
 class CandidateRecord(BaseModel):
@@ -137,7 +141,8 @@ def resolve_target(target):
 def kernel_name(variant: Variant, dtype: DType, head_dim: int, arch: str, params: dict[str, int]) -> str:
     """One name per candidate: the bench report tells kernels apart by manifest name."""
     return (f"fg_{variant.name}_{dtype.value}_d{head_dim}_{arch}_m{params['BLOCK_M']}n{params['BLOCK_N']}"
-            f"w{params['WARPS']}s{params.get('STAGES', 1)}q{params.get('Q_IN_REGS', 1)}")
+            f"w{params['WARPS']}s{params.get('STAGES', 1)}q{params.get('Q_IN_REGS', 1)}"
+            + (f"g{params['GROUP_HEADS']}" if params.get("GROUP_HEADS", 1) != 1 else ""))
 
 
 def screen_candidates(variant: Variant, target, dtype: DType, head_dim: int) -> list[CandidateRecord]:

@@ -38,8 +38,8 @@ struct tile_loader {
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) {
         const int row = row0 + i * ROW_STEP;
-        const bool valid = row < rows_valid;
-        cp_async_16(smem + L::chunk_offset(row, chunk), valid ? src + i * step : gmem, valid);
+        // a row past the end reads nothing (source size 0: the chunk is zero-filled), whatever its address
+        cp_async_16(smem + L::chunk_offset(row, chunk), src + i * step, row < rows_valid);
       }
     } else {
 #pragma unroll
