@@ -96,3 +96,58 @@ def test_one_kernel_per_variant_and_head_dim_compiles_without_spills():
         assert expected <= set(result.kernels)
         spilled = {name: u.spill_store_bytes for name, u in result.kernels.items() if u.spills}
         assert not spilled, f"{result.arch}: spills {spilled}"
+
+
+def test_stages_two_double_buffers_k_and_v_and_turing_keeps_one():
+    params = {"BLOCK_M": 128, "BLOCK_N": 64, "WARPS": 4, "STAGES": 2, "Q_IN_REGS": 0}
+    two = plan_for_variant(Variant(causal=True), "sm_80", DType.bf16, 128, params=params)
+    one = plan_for_variant(Variant(causal=True), "sm_80", DType.bf16, 128, params={**params, "STAGES": 1})
+    tile = 64 * 128 * 2
+    assert smem_bytes(two) - smem_bytes(one) == 2 * tile  # one more K and one more V tile
+    source, manifest = render(two)
+    assert manifest.params["STAGES"] == 2 and manifest.launches[0].smem_bytes == smem_bytes(two)
+    assert "cp_async_wait<1>" in source and "cp_async_wait<2>" in source
+    # Turing's loads go through registers: one buffer; a plan asking for two is refused, a TL asking for two is
+    # translated with one and says so
+    with pytest.raises(UsageError, match="STAGES in"):
+        render(plan_for_variant(Variant(), "sm_75", DType.fp16, 64, params={**params, "Q_IN_REGS": 1}))
+    from flashgen.tl_spec import library, parse
+    from flashgen.translators import lower
+
+    text = library.render(Variant(), dtype=DType.fp16, arch="sm_75", head_dim=64,
+                          params={"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4, "STAGES": 2})
+    plan, notes = lower(parse(text), "t4")
+    assert plan.stages == 1 and any("STAGES=2" in n and "STAGES=1" in n for n in notes)
+
+
+def test_launch_order_reaches_the_kernel_and_follows_the_rows():
+    from flashgen.translators.params import choose_params, default_group_heads
+
+    assert default_group_heads(Variant(causal=True)) == 0 and default_group_heads(Variant(causal=True, window=8)) == 0
+    assert default_group_heads(Variant()) == 1 and default_group_heads(Variant(split_kv=True, causal=True)) == 1
+    for target in ("h200", "a100", "t4"):
+        assert choose_params(Variant(causal=True), target, DType.bf16, 64)["GROUP_HEADS"] == 0
+        assert choose_params(Variant(), target, DType.bf16, 64)["GROUP_HEADS"] >= 1
+    params = {"BLOCK_M": 128, "BLOCK_N": 64, "WARPS": 4, "STAGES": 1, "Q_IN_REGS": 1}
+    for group in (0, 1, 3):
+        source, manifest = render(plan_for_variant(Variant(causal=True), "sm_80", DType.fp16, 64,
+                                                   params={**params, "GROUP_HEADS": group}))
+        assert f"constexpr int GROUP_HEADS = {group};" in source and manifest.params["GROUP_HEADS"] == group
+        # query blocks fastest in the grid: (m tiles, H, B)
+        assert manifest.launches[0].grid == ("cdiv(N, 128)", "H", "B")
+
+
+@needs_nvcc
+def test_sm90_measured_tiles_keep_at_most_a_few_values_in_local_memory():
+    """The H100/H200 choices (params.MEASURED) compiled for sm_90: a 255-register kernel may keep a few
+    loop-invariant values in local memory (search.SPILL_TOLERANCE_BYTES), never its working set."""
+    from flashgen.translators.params import MEASURED
+    from flashgen.translators.search import SPILL_TOLERANCE_BYTES
+
+    plans = [plan_for_variant(Variant(causal=order == "causal"), "sm_90", DType(dt), d, params=params,
+                              name=f"k_{dt}_{d}_{order}")
+             for (arch, dt, d, order), params in MEASURED.items() if arch == "sm_90"]
+    result = _compile("sm_90", plans)
+    assert result.ok, result.feedback_text()
+    worst = {name: max(u.spill_store_bytes, u.spill_load_bytes) for name, u in result.kernels.items()}
+    assert len(worst) == len(plans) and max(worst.values()) <= SPILL_TOLERANCE_BYTES, worst

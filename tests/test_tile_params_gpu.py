@@ -1,6 +1,6 @@
 """The translator's other tile shapes: the parameters a search (`flashgen tune`) may choose instead of the
 defaults must be as correct as the defaults. Double-buffered K/V (STAGES=2), Q re-read from shared memory,
-one or two 16-row MMA tiles per warp and key tiles of 32..128, each through the harness's whole
+one or two 16-row MMA tiles per warp, key tiles of 32..128 and the launch orders, each through the harness's whole
 verification suite on the GPU present."""
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ VARIANTS = {
     "decode_splitkv": Variant(split_kv=True, return_lse=True),
     "causal_alibi_softcap_lse": Variant(causal=True, alibi=True, softcap=30.0, return_lse=True),
 }
-# BMxBNwWqQsS: BLOCK_M x BLOCK_N, WARPS, Q_IN_REGS, STAGES
-CONFIGS = ("128x64w4q0s2", "128x64w4q1s2", "128x128w8q1s2", "64x32w4q1s2", "128x64w8q0s1")
+# BMxBNwWqQsS[gG]: BLOCK_M x BLOCK_N, WARPS, Q_IN_REGS, STAGES, GROUP_HEADS (launch order; the variant's default
+# when absent). g3 leaves a partial last group of (batch, head) pairs in the verification shapes.
+CONFIGS = ("128x64w4q0s2", "128x64w4q1s2g3", "128x128w8q1s2g0", "64x32w4q1s2", "128x64w8q0s1g2")
 MATRIX = ([(v, DType.bf16, d, c) for v in VARIANTS for d in (64, 128) for c in CONFIGS]
           + [(v, DType.fp16, d, c) for v in VARIANTS for d in (64, 128) for c in ("128x64w4q0s2", "128x128w8q1s2")]
           + [(v, DType.fp32, d, "64x32w4q0s2") for v in ("plain", "causal") for d in (64, 128)])

@@ -2,7 +2,8 @@
 
 Sources, in order: a tuned file (flashgen/translators/tuned/<gpu>.json, written by `flashgen tune --write`
 after a timed search on that GPU, keyed by dtype, variant and head dim); MEASURED, a committed table of values
-from a manual sweep on a GPU (keyed by arch family, dtype, head dim); DEFAULTS, spill-checked starting points;
+from manual sweeps on a GPU (keyed by arch, dtype, head dim and launch order); DEFAULTS, spill-checked starting
+points per arch family; GROUP_HEADS (the launch order) follows `default_group_heads` where a source is silent;
 otherwise a small model: candidates that fit the target's per-block shared memory
 and an estimated 255-register budget, scored by tensor-core work per shared-memory byte read (the mma.sync
 path is bound by ldmatrix traffic), by resident blocks per SM, and by tail waste of the key tile.
@@ -23,21 +24,25 @@ TUNED_DIR = Path(__file__).parent / "tuned"
 # GROUP_HEADS (launch order; optional, 1 when absent) is a schedule parameter, not a tile one, but it travels with them
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "WARPS", "STAGES", "Q_IN_REGS", "GROUP_HEADS")
 
-# (arch family, dtype, head_dim) -> params. Families: "sm80" (sm_80..sm_90, mma.sync path), "sm75".
-# Filled from benchmarks/kernel_dev measurements on the H200 (see benchmarks/kernel_dev/NOTES.md).
-# Run 2 on the H200 (results/bench_r2.json), bf16, causal and not, N 512..16k, geomean FLASH/ours:
-# d64: 128x64w4q1 0.97 (vs 256x64w8 0.89, 128x32w4 0.74, 64x64w4 0.67); d128: 128x128w8q1 0.90,
-# 128x64w4q0 0.91 but 196 B of spills on sm_80, 64x64w4 0.80. fp16 tracked bf16 in run 1.
-MEASURED: dict[tuple[str, str, int], dict[str, int]] = {
-    **{("sm80", dt, 64): {"BLOCK_M": 128, "BLOCK_N": 64, "WARPS": 4, "STAGES": 1, "Q_IN_REGS": 1} for dt in ("fp16", "bf16")},
-    **{("sm80", dt, 128): {"BLOCK_M": 128, "BLOCK_N": 128, "WARPS": 8, "STAGES": 1, "Q_IN_REGS": 1} for dt in ("fp16", "bf16")},
+_P = lambda bm, bn, w, q, s=1: {"BLOCK_M": bm, "BLOCK_N": bn, "WARPS": w, "STAGES": s, "Q_IN_REGS": q}
+
+# (arch, dtype, head_dim, order) -> params, measured on a GPU of that arch (benchmarks/kernel_dev/NOTES.md has the
+# sweeps). order: "causal" (causal rows, window) or "full". Session 2 on the H200, bf16, N 512 / 2k / 8k, B*N = 16k,
+# geomean FLASH time / ours: d64 full 128x64w4q1s2 1.004; d64 causal 128x64w4q1s2g0 1.091; d128 full 128x64w4q0s2g2
+# 1.012 (128x128w8q1s1 0.916); d128 causal 128x64w4q0s1g0 1.099 (s2: 1.009 with g1). 128x64w4q0 holds 36 B of
+# loop-invariant values in local memory on sm_90 (3-5 LDL per key tile, L1 hits), which the timings include.
+MEASURED: dict[tuple[str, str, int, str], dict[str, int]] = {
+    **{("sm_90", dt, 64, "full"): {**_P(128, 64, 4, 1, 2), "GROUP_HEADS": 1} for dt in ("fp16", "bf16")},
+    **{("sm_90", dt, 64, "causal"): {**_P(128, 64, 4, 1, 2), "GROUP_HEADS": 0} for dt in ("fp16", "bf16")},
+    **{("sm_90", dt, 128, "full"): {**_P(128, 64, 4, 0, 2), "GROUP_HEADS": 2} for dt in ("fp16", "bf16")},
+    **{("sm_90", dt, 128, "causal"): {**_P(128, 64, 4, 0, 1), "GROUP_HEADS": 0} for dt in ("fp16", "bf16")},
 }
 
-# Starting points before measurement: FA2-shaped tiles checked spill-free with `nvcc -Xptxas -v` for sm_80
-# (4 warps x 32 rows keep Q in registers at d64; 8 warps x 16 rows from d96 up keep O + S under 255 registers).
-_P = lambda bm, bn, w, q: {"BLOCK_M": bm, "BLOCK_N": bn, "WARPS": w, "STAGES": 1, "Q_IN_REGS": q}
+# Starting points where nothing was measured on the arch (A100, Ada, Turing): tiles checked spill-free with
+# `nvcc -Xptxas -v` for sm_80 (4 warps x 32 rows keep Q in registers at d64; 8 warps x 16 rows from d96 up keep
+# O + S under 255 registers). Keyed by arch family: "sm80" (sm_80 .. sm_90, the mma.sync path) or "sm75".
 DEFAULTS: dict[tuple[str, str, int], dict[str, int]] = {
-    **{("sm80", dt, 64): _P(128, 64, 4, 1) for dt in ("fp16", "bf16")},
+    **{("sm80", dt, 64): _P(128, 64, 4, 1, 2) for dt in ("fp16", "bf16")},  # STAGES=2 as measured on sm_90
     **{("sm80", dt, 96): _P(128, 64, 8, 1) for dt in ("fp16", "bf16")},
     **{("sm80", dt, 128): _P(128, 128, 8, 1) for dt in ("fp16", "bf16")},
     **{("sm80", dt, 256): _P(128, 32, 8, 0) for dt in ("fp16", "bf16")},
@@ -61,6 +66,23 @@ _REG_OVERHEAD = 48  # addresses, loop state, softmax statistics, ldmatrix operan
 
 def _family(arch: str) -> str:
     return "sm75" if arch == "sm_75" else "sm80"
+
+
+def launch_order(variant: Variant) -> str:
+    """"causal" where query blocks differ in work (causal rows, windows; split-KV decode has its own grid), else
+    "full": the two want different launch orders (GROUP_HEADS)."""
+    return "causal" if variant.causal and not variant.split_kv else "full"
+
+
+def default_group_heads(variant: Variant) -> int:
+    """GROUP_HEADS when a table or a tuned file does not say: 1 for full rows (one head's query blocks back to back,
+    so K/V come from L2: +4% at d128 on the H200 against all heads interleaved), 0 for causal rows (every head's
+    longest blocks first: +4-7% against one head at a time, whose last heads' long blocks end the launch late)."""
+    return 0 if launch_order(variant) == "causal" else 1
+
+
+def _with_schedule(params: dict[str, int], variant: Variant) -> dict[str, int]:
+    return {**params, "GROUP_HEADS": params.get("GROUP_HEADS", default_group_heads(variant))}
 
 
 def estimate_registers(block_m: int, block_n: int, warps: int, head_dim: int, q_in_regs: bool, itemsize: int) -> int:
@@ -211,16 +233,17 @@ def choose_params_with_source(variant: Variant, target: str, dtype: DType, head_
         if entry is not None and entry.arch == arch and fits(entry.params):
             path = tuned_path(gpu, tuned_dir)
             where = f"flashgen/translators/tuned/{path.name}" if path.parent == TUNED_DIR else str(path)
-            return ParamsChoice(params=dict(entry.params), source="tuned",
+            return ParamsChoice(params=_with_schedule(entry.params, variant), source="tuned",
                                 detail=f"{where} [{tuned_key(dtype, variant, head_dim)}]: {entry.geomean_ms:.4g} ms "
                                        f"geomean on {entry.gpu or gpu}, {entry.date}")
-    key = (_family(arch), dtype.value, head_dim)
-    for source, table in (("measured", MEASURED), ("defaults", DEFAULTS)):
+    order = launch_order(variant)
+    for source, table, key in (("measured", MEASURED, (arch, dtype.value, head_dim, order)),
+                               ("defaults", DEFAULTS, (_family(arch), dtype.value, head_dim))):
         found = table.get(key)
         if found is not None and fits(found):
-            return ParamsChoice(params=dict(found), source=source,  # type: ignore[arg-type]
-                                detail=f"flashgen/translators/params.py {source.upper()}[{key[0]}, {key[1]}, d{key[2]}]")
-    return ParamsChoice(params=model_params(arch, dtype, head_dim), source="model",
+            return ParamsChoice(params=_with_schedule(found, variant), source=source,  # type: ignore[arg-type]
+                                detail=f"flashgen/translators/params.py {source.upper()}[{', '.join(map(str, key))}]")
+    return ParamsChoice(params=_with_schedule(model_params(arch, dtype, head_dim), variant), source="model",
                         detail=f"flashgen.translators.params.model_params({arch}, {dtype.value}, d{head_dim})")
 
 

@@ -122,10 +122,10 @@ class KernelPlan(BaseModel):
                            "seqlen_k tail itself); tiles where it is false skip the `visible` test")
     q_in_regs: bool = Field(default=True, description="Q fragments loaded once into registers (else re-read from "
                             "shared memory each tile, saving registers for large head dims)")
-    group_heads: int = Field(default=1, ge=1, description="launch order: the query blocks of this many (batch, head) "
-                             "pairs launch together (causal: longest rows first). 1 keeps the CTAs resident at once "
-                             "on few heads, whose K/V then come from L2; more spreads a causal block's long rows "
-                             "over the whole launch, for a shorter tail")
+    group_heads: int = Field(default=1, ge=0, description="launch order: the query blocks of this many (batch, head) "
+                             "pairs launch together, query block outermost (causal: longest rows first); 0 = all "
+                             "pairs. 1 keeps the CTAs resident at once on few heads, whose K/V then come from L2; "
+                             "all pairs start every causal block's longest rows first, for the shortest tail")
 
     @model_validator(mode="after")
     def _check(self) -> KernelPlan:

@@ -61,6 +61,36 @@ struct st_layout {
   }
 };
 
+namespace block {
+// Launch order -> (head, batch, query block) for a (m tiles, H, B) grid: the query blocks of GROUP_HEADS (batch,
+// head) pairs (0: all of them) launch together, query block outermost, longest causal rows first when REVERSE.
+// Few pairs: the CTAs resident at once share those heads' K and V and read them from L2, not HBM. All pairs:
+// the longest causal blocks start first everywhere and the launch ends on short ones.
+// The indices are read with volatile moves so that a second call (the epilogue's) recomputes them instead of
+// keeping the first call's results live through the key loop.
+template <int GROUP_HEADS, bool REVERSE>
+__device__ __forceinline__ void launch_coords(int& head, int& b, int& m_block) {
+  unsigned cx, cy, cz, nx, ny, nz;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cx));
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(cy));
+  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(cz));
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
+  asm volatile("mov.u32 %0, %%nctaid.y;" : "=r"(ny));
+  asm volatile("mov.u32 %0, %%nctaid.z;" : "=r"(nz));
+  const int m_tiles = nx, heads = ny, pairs = ny * nz;
+  const int per_group = GROUP_HEADS > 0 ? GROUP_HEADS : pairs;
+  const int launch = cx + m_tiles * (cy + heads * cz);
+  const int group = launch / (per_group * m_tiles);
+  const int in_group = launch - group * per_group * m_tiles;
+  const int group_size = min(per_group, pairs - group * per_group);
+  const int pair = group * per_group + in_group % group_size;
+  const int m_index = in_group / group_size;
+  head = pair % heads;
+  b = pair / heads;
+  m_block = REVERSE ? m_tiles - 1 - m_index : m_index;
+}
+}  // namespace block
+
 namespace warp {
 // Sum / max across the 4 threads of a quad (the threads sharing one accumulator row).
 __device__ __forceinline__ float quad_max(float x) {

@@ -74,6 +74,36 @@ struct st_layout {
   }
 };
 
+namespace block {
+// Launch order -> (head, batch, query block) for a (m tiles, H, B) grid: the query blocks of GROUP_HEADS (batch,
+// head) pairs (0: all of them) launch together, query block outermost, longest causal rows first when REVERSE.
+// Few pairs: the CTAs resident at once share those heads' K and V and read them from L2, not HBM. All pairs:
+// the longest causal blocks start first everywhere and the launch ends on short ones.
+// The indices are read with volatile moves so that a second call (the epilogue's) recomputes them instead of
+// keeping the first call's results live through the key loop.
+template <int GROUP_HEADS, bool REVERSE>
+__device__ __forceinline__ void launch_coords(int& head, int& b, int& m_block) {
+  unsigned cx, cy, cz, nx, ny, nz;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(cx));
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(cy));
+  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(cz));
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
+  asm volatile("mov.u32 %0, %%nctaid.y;" : "=r"(ny));
+  asm volatile("mov.u32 %0, %%nctaid.z;" : "=r"(nz));
+  const int m_tiles = nx, heads = ny, pairs = ny * nz;
+  const int per_group = GROUP_HEADS > 0 ? GROUP_HEADS : pairs;
+  const int launch = cx + m_tiles * (cy + heads * cz);
+  const int group = launch / (per_group * m_tiles);
+  const int in_group = launch - group * per_group * m_tiles;
+  const int group_size = min(per_group, pairs - group * per_group);
+  const int pair = group * per_group + in_group % group_size;
+  const int m_index = in_group / group_size;
+  head = pair % heads;
+  b = pair / heads;
+  m_block = REVERSE ? m_tiles - 1 - m_index : m_index;
+}
+}  // namespace block
+
 namespace warp {
 // Sum / max across the 4 threads of a quad (the threads sharing one accumulator row).
 __device__ __forceinline__ float quad_max(float x) {
@@ -404,30 +434,43 @@ struct attn_mma16 {
     }
   }
 
-  __device__ __forceinline__ static void pv(float (&o)[MT][D / 8][4], const float (&p)[MT][BN / 8][4], const T* sV,
-                                            int lane) {
+  // P as m16n8k16 A fragments: p16[mt][kk] covers keys 16kk..16kk+15 of rows mt*16.. (pack_p's layout).
+  using p_frags = uint32_t[MT][BN / 16][4];
+
+  // Where score (nt, c) of a C fragment goes in p_frags: a pair (c, c+1), c even, is one register.
+  __device__ __forceinline__ static uint32_t& p_slot(p_frags& p16, int mt, int nt, int half) {
+    return p16[mt][nt / 2][(nt & 1) * 2 + half];
+  }
+
+  __device__ __forceinline__ static void pv(float (&o)[MT][D / 8][4], const p_frags& p16, const T* sV, int lane) {
     const int mi = lane >> 3;
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      uint32_t a[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        a[mt][0] = pack2<T>(p[mt][2 * kk][0], p[mt][2 * kk][1]);
-        a[mt][1] = pack2<T>(p[mt][2 * kk][2], p[mt][2 * kk][3]);
-        a[mt][2] = pack2<T>(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
-        a[mt][3] = pack2<T>(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
-      }
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t b[4];
         ldsm_x4_trans(b, sV + KL::chunk_offset(kk * 16 + (mi & 1) * 8 + (lane & 7), dp * 2 + (mi >> 1)));
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma_16816<T>(o[mt][2 * dp], a[mt], b[0], b[1]);
-          mma_16816<T>(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+          mma_16816<T>(o[mt][2 * dp], p16[mt][kk], b[0], b[1]);
+          mma_16816<T>(o[mt][2 * dp + 1], p16[mt][kk], b[2], b[3]);
         }
       }
     }
+  }
+
+  // P still in fp32 C fragments (norms other than the online softmax, Turing's rescaled tiles).
+  __device__ __forceinline__ static void pv(float (&o)[MT][D / 8][4], const float (&p)[MT][BN / 8][4], const T* sV,
+                                            int lane) {
+    p_frags p16;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          p_slot(p16, mt, nt, half) = pack2<T>(p[mt][nt][2 * half], p[mt][nt][2 * half + 1]);
+    pv(o, p16, sV, lane);
   }
 };
 
@@ -518,6 +561,10 @@ constexpr int BLOCK_N = 32;
 constexpr int WARPS = 4;
 constexpr int THREADS = 32 * WARPS;
 constexpr int MT = BLOCK_M / (16 * WARPS);  // 16-row MMA tiles per warp
+// K/V buffers: 1 = FA2's interleave (V(n) loads during Q K(n)^T, K(n-1) during softmax and P V(n));
+// 2 = each tile's K and V load one whole tile ahead, into the buffers of the tile before.
+constexpr int STAGES = 1;
+constexpr int GROUP_HEADS = 0;
 using QLayout = fg::st_layout<BLOCK_M, D, sizeof(T)>;
 using KLayout = fg::st_layout<BLOCK_N, D, sizeof(T)>;
 using WarpMma = fg::warp::attn_mma16<T, MT, D, BLOCK_N, true, BLOCK_M>;
@@ -531,19 +578,23 @@ extern "C" __global__ void __launch_bounds__(fg_attn_fwd_causal_fp16_d128_sm_75_
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sK = sQ + QLayout::ELEMS;
-  T* sV = sK + KLayout::ELEMS;
+  T* sV = sK + STAGES * KLayout::ELEMS;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int head = blockIdx.x, b = blockIdx.y;
   const int heads = p.heads, batch = p.batch, seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
+  // Launch order -> (batch, head, query block): the query blocks of GROUP_HEADS (batch, head) pairs (0: all of
+  // them) launch together, query block outermost, longest causal rows first. Few pairs:
+  // the CTAs resident at once share those heads' K and V and read them from L2, not HBM. All pairs: the longest
+  // causal blocks start first everywhere and the launch ends on short ones.
+  int head, b, m_block;
+  fg::block::launch_coords<GROUP_HEADS, true>(head, b, m_block);
   const int diag = seqlen_k - seqlen_q;
   const int kv_head = head / (heads / p.kv_heads);
-  const int m_block = gridDim.z - 1 - blockIdx.z;  // longest causal rows first: better tail balance
   (void)batch; (void)kv_head; (void)heads; (void)diag;
   int n_begin = 0;
   int n_end = min((seqlen_k + BLOCK_N - 1) / BLOCK_N, (m_block * BLOCK_M + BLOCK_M + diag > 0 ? (m_block * BLOCK_M + BLOCK_M + diag + BLOCK_N - 1) / BLOCK_N : (m_block * BLOCK_M + BLOCK_M + diag) / BLOCK_N));
-  const int q_row0 = m_block * BLOCK_M;
+  int q_row0 = m_block * BLOCK_M;
   const int warp_row0 = warp * 16 * MT;
   const T* q_tile = static_cast<const T*>(p.q) + b * p.q_stride_b + head * p.q_stride_h + q_row0 * p.q_stride_n;
   const T* k_base = static_cast<const T*>(p.k) + b * p.k_stride_b + kv_head * p.k_stride_h;
@@ -664,6 +715,8 @@ extern "C" __global__ void __launch_bounds__(fg_attn_fwd_causal_fp16_d128_sm_75_
           safe_max[mt][h] = 0.0f;
         }
     }
+    // P is packed to the input type as soon as it exists: the fp32 scores die here, not after P @ V.
+    typename WarpMma::p_frags p16;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -671,17 +724,16 @@ extern "C" __global__ void __launch_bounds__(fg_attn_fwd_causal_fp16_d128_sm_75_
         const float max_scaled = safe_max[mt][h] * mult;
         float sum = 0.0f;
 #pragma unroll
-        for (int nt = 0; nt < BLOCK_N / 8; ++nt)
-#pragma unroll
-          for (int c = 2 * h; c < 2 * h + 2; ++c) {
-            const float pv = fg::exp2_approx(fmaf(acc_s[mt][nt][c], mult, -max_scaled));
-            acc_s[mt][nt][c] = pv;
-            sum += pv;
-          }
+        for (int nt = 0; nt < BLOCK_N / 8; ++nt) {
+          const float p0 = fg::exp2_approx(fmaf(acc_s[mt][nt][2 * h], mult, -max_scaled));
+          const float p1 = fg::exp2_approx(fmaf(acc_s[mt][nt][2 * h + 1], mult, -max_scaled));
+          sum += p0 + p1;
+          WarpMma::p_slot(p16, mt, nt, h) = fg::pack2<T>(p0, p1);
+        }
         row_sum[mt][h] += sum;
       }
 
-    mma.pv(acc_o, acc_s, sV, lane);
+    mma.pv(acc_o, p16, sV, lane);
     if (n_block > n_begin) k_loader.land(sK, tid);
     __syncthreads();  // K(n-1) visible; every warp is done reading V(n)
   }
@@ -702,6 +754,10 @@ extern "C" __global__ void __launch_bounds__(fg_attn_fwd_causal_fp16_d128_sm_75_
       }
     }
   (void)row_lse;
+  // The block's coordinates again, from the launch indices: recomputed rather than held in registers through
+  // the key loop (the largest tiles have none to spare).
+  fg::block::launch_coords<GROUP_HEADS, true>(head, b, m_block);
+  q_row0 = m_block * BLOCK_M;
   // Stage O through the (now free) Q tile so global stores are whole 16-byte chunks.
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
