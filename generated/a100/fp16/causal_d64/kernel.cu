@@ -451,10 +451,7 @@ extern "C" __global__ void __launch_bounds__(fg_attn_fwd_causal_fp16_d64_sm_80_c
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int heads = p.heads, batch = p.batch, seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
-  // Launch order -> (batch, head, query block): the query blocks of GROUP_HEADS (batch, head) pairs (0: all of
-  // them) launch together, query block outermost, longest causal rows first. Few pairs:
-  // the CTAs resident at once share those heads' K and V and read them from L2, not HBM. All pairs: the longest
-  // causal blocks start first everywhere and the launch ends on short ones.
+  // Launch order (GROUP_HEADS pairs at a time, longest causal rows first): see launch_coords.
   int head, b, m_block;
   fg::block::launch_coords<GROUP_HEADS, true>(head, b, m_block);
   const int diag = seqlen_k - seqlen_q;
@@ -511,7 +508,7 @@ extern "C" __global__ void __launch_bounds__(fg_attn_fwd_causal_fp16_d64_sm_80_c
   // Key tiles last to first: the boundary (diagonal) tile of a causal block comes first.
   for (int n_block = n_end - 1; n_block >= n_begin; --n_block) {
     const int k_row0 = n_block * BLOCK_N;
-    T* const sK = k_buf(n_block);
+    T* const sK = k_buf(n_block);  // this tile's buffers, under the names the GEMMs below use
     T* const sV = v_buf(n_block);
     if (n_block < n_end - 1) {
       fg::block::cp_async_wait<1>();  // K(n) landed (V(n) may not have)

@@ -585,10 +585,7 @@ extern "C" __global__ void __launch_bounds__(fg_attn_fwd_plain_bf16_d64_sm_75_cf
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int heads = p.heads, batch = p.batch, seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
-  // Launch order -> (batch, head, query block): the query blocks of GROUP_HEADS (batch, head) pairs (0: all of
-  // them) launch together, query block outermost. Few pairs:
-  // the CTAs resident at once share those heads' K and V and read them from L2, not HBM. All pairs: the longest
-  // causal blocks start first everywhere and the launch ends on short ones.
+  // Launch order (GROUP_HEADS pairs at a time): see launch_coords.
   int head, b, m_block;
   fg::block::launch_coords<GROUP_HEADS, false>(head, b, m_block);
   const int diag = seqlen_k - seqlen_q;
