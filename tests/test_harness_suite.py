@@ -225,3 +225,14 @@ def test_run_suite_orchestration_with_a_fake_worker(tmp_path, monkeypatch):
     assert saved.summary == result.summary and saved.settings["verify_cases"] == list(suite_mod.SUITE_CHECK_CASES)
     assert saved.kernels[0].verify["ok"] and saved.env["gpu"] == "NVIDIA H200" and "nvcc" in saved.env
     assert "| t4 roof TFLOP/s | rtx8000 roof TFLOP/s |" in render_markdown([saved])
+
+
+def test_git_commit_prefers_the_commit_it_is_told(monkeypatch):
+    # a copied tree (a lent GPU) can carry a stale .git: the caller's FLASHGEN_GIT_COMMIT names what runs
+    from flashgen.harness.suite import git_commit
+
+    monkeypatch.setenv("FLASHGEN_GIT_COMMIT", "857e8f5")
+    assert git_commit() == "857e8f5"
+    monkeypatch.delenv("FLASHGEN_GIT_COMMIT")
+    found = git_commit()
+    assert found is None or found.split("+")[0].isalnum()

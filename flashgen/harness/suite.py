@@ -373,7 +373,10 @@ def row_label(row: SuiteRow) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def git_commit(root: Path | None = None) -> str | None:
-    """HEAD of the repository (with '+dirty' when the tree differs), else $FLASHGEN_GIT_COMMIT."""
+    """$FLASHGEN_GIT_COMMIT when set (a copied tree, e.g. on a lent GPU, may carry a stale .git whose HEAD is not
+    what runs), else HEAD of the repository (with '+dirty' when the tree differs)."""
+    if os.environ.get("FLASHGEN_GIT_COMMIT"):
+        return os.environ["FLASHGEN_GIT_COMMIT"]
     root = root or Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=False)
@@ -383,7 +386,7 @@ def git_commit(root: Path | None = None) -> str | None:
             return head.stdout.strip() + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass
-    return os.environ.get("FLASHGEN_GIT_COMMIT") or None
+    return None
 
 
 def toolchain_info() -> dict[str, Any]:

@@ -280,7 +280,8 @@ Verifier = Callable[[CandidateRecord], Verdict]
 
 class GpuTimer:
     """The real timer and verifier: one GpuWorker process; one bench call per batch of kernels, no
-    baselines. NOT YET RUN ON A GPU: written against the worker's API, exercised only through fakes."""
+    baselines. Run on the H200 once (benchmarks/results/2026-11-30-h200-tune-bf16-plain-d128-857e8f5.json); the
+    CPU tests drive the search with fakes."""
 
     name = "gpu-worker"
 
