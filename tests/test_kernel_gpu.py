@@ -43,32 +43,17 @@ def _build(name: str, dtype: DType, head_dim: int):
 
 
 @pytest.fixture(scope="module")
-def kernels():
+def kernels(compile_for_this_gpu):
     """Every kernel built, and compiled in parallel into the cache the worker reads."""
-    from flashgen.harness.compile import compile_many
-    from flashgen.harness.worker import device_arch
-
-    built = {key: _build(*key) for key in MATRIX}
-    results = compile_many([source for source, _ in built.values()], device_arch())
-    failed = [f"{key}: {r.feedback_text(300)}" for key, r in zip(built, results) if not r.ok]
-    assert not failed, "\n".join(failed)
-    return built
-
-
-@pytest.fixture(scope="module")
-def worker():
-    from flashgen.harness.worker import GpuWorker
-
-    with GpuWorker(job_timeout_s=240) as w:
-        yield w
+    return compile_for_this_gpu({key: _build(*key) for key in MATRIX})
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("dtype", list(DType), ids=lambda d: d.value)
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_translated_kernel_passes_verification(kernels, worker, name, dtype, head_dim):
+def test_translated_kernel_passes_verification(kernels, gpu_worker, name, dtype, head_dim):
     from flashgen.harness.worker import KernelInput
 
     source, manifest = kernels[(name, dtype, head_dim)]
-    report = worker.verify(KernelInput(manifest=manifest, source=source))
+    report = gpu_worker.verify(KernelInput(manifest=manifest, source=source))
     assert report.ok, report.summary

@@ -50,30 +50,15 @@ def _build(name: str, dtype: DType, head_dim: int, config: str):
 
 
 @pytest.fixture(scope="module")
-def kernels():
-    from flashgen.harness.compile import compile_many
-    from flashgen.harness.worker import device_arch
-
-    built = {key: _build(*key) for key in MATRIX}
-    results = compile_many([source for source, _ in built.values()], device_arch())
-    failed = [f"{key}: {r.feedback_text(300)}" for key, r in zip(built, results) if not r.ok]
-    assert not failed, "\n".join(failed)
-    return built
-
-
-@pytest.fixture(scope="module")
-def worker():
-    from flashgen.harness.worker import GpuWorker
-
-    with GpuWorker(job_timeout_s=240) as w:
-        yield w
+def kernels(compile_for_this_gpu):
+    return compile_for_this_gpu({key: _build(*key) for key in MATRIX})
 
 
 @pytest.mark.parametrize("name,dtype,head_dim,config", MATRIX,
                          ids=[f"{v}-{dt.value}-d{d}-{c}" for v, dt, d, c in MATRIX])
-def test_tile_parameters_pass_verification(kernels, worker, name, dtype, head_dim, config):
+def test_tile_parameters_pass_verification(kernels, gpu_worker, name, dtype, head_dim, config):
     from flashgen.harness.worker import KernelInput
 
     source, manifest = kernels[(name, dtype, head_dim, config)]
-    report = worker.verify(KernelInput(manifest=manifest, source=source))
+    report = gpu_worker.verify(KernelInput(manifest=manifest, source=source))
     assert report.ok, report.summary
