@@ -1,4 +1,5 @@
-"""Tile parameters (BLOCK_M, BLOCK_N, WARPS, STAGES, Q_IN_REGS) per target, dtype and head dim.
+"""Tile parameters (BLOCK_M, BLOCK_N, WARPS, STAGES, Q_IN_REGS) and the launch order (GROUP_HEADS) per target,
+dtype, head dim and variant.
 
 Sources, in order: a tuned file (flashgen/translators/tuned/<gpu>.json, written by `flashgen tune --write`
 after a timed search on that GPU, keyed by dtype, variant and head dim); MEASURED, a committed table of values
@@ -21,7 +22,8 @@ from flashgen.errors import UsageError
 from flashgen.variant import DType, Variant
 
 TUNED_DIR = Path(__file__).parent / "tuned"
-# GROUP_HEADS (launch order; optional, 1 when absent) is a schedule parameter, not a tile one, but it travels with them
+# GROUP_HEADS (the launch order; default_group_heads(variant) when absent) is a schedule parameter, not a tile one,
+# but it travels with them
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "WARPS", "STAGES", "Q_IN_REGS", "GROUP_HEADS")
 
 _P = lambda bm, bn, w, q, s=1: {"BLOCK_M": bm, "BLOCK_N": bn, "WARPS": w, "STAGES": s, "Q_IN_REGS": q}

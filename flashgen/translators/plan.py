@@ -224,15 +224,15 @@ def normalization_for(variant: Variant) -> tuple[Normalization, list[Prologue]]:
 def plan_for_variant(variant: Variant, arch: str, dtype: DType, head_dim: int, *, name: str | None = None,
                      params: dict[str, int] | None = None) -> KernelPlan:
     """The plan the rule-based expert would write. `params` (BLOCK_M, BLOCK_N, WARPS, STAGES, optional
-    Q_IN_REGS) default to flashgen.translators.params.choose_params for the arch."""
+    Q_IN_REGS and GROUP_HEADS) default to flashgen.translators.params.choose_params for the arch."""
     if arch not in ARCHES:
         raise UsageError(f"unknown arch {arch!r}; known: {', '.join(ARCHES)}")
     if head_dim not in SUPPORTED_HEAD_DIMS:
         raise UsageError(f"head dim {head_dim} is not supported by the CUDA translator; "
                          f"supported: {', '.join(map(str, SUPPORTED_HEAD_DIMS))}")
-    if params is None:
-        from flashgen.translators.params import choose_params
+    from flashgen.translators.params import choose_params, default_group_heads
 
+    if params is None:
         params = choose_params(variant, arch, dtype, head_dim)
     mods, prologue = score_mods_for(variant)
     norm, norm_prologue = normalization_for(variant)
@@ -245,7 +245,7 @@ def plan_for_variant(variant: Variant, arch: str, dtype: DType, head_dim: int, *
             stages=int(params["STAGES"]), variant=variant, score_mods=mods, prologue=prologue + norm_prologue,
             visible=visible, norm=norm, write_lse=variant.return_lse, kv_tile_begin=begin, kv_tile_end=end,
             mask_tile=mask_tile, q_in_regs=bool(params.get("Q_IN_REGS", 1)),
-            group_heads=int(params.get("GROUP_HEADS", 1)),
+            group_heads=int(params.get("GROUP_HEADS", default_group_heads(variant))),
         )
     except ValueError as exc:
         raise UsageError(f"cannot plan {kernel_name}: {exc}") from None
