@@ -18,6 +18,20 @@ class InputError(FlashgenError):
 MAX_INPUT_BYTES = 1 << 20
 
 
+def join_lines_capped(lines: list[str], max_chars: int) -> str:
+    """The lines joined one per line within max_chars, the ones that do not fit counted in a last line
+    ('... and N more'): feedback a model or a user can read whole."""
+    kept: list[str] = []
+    used = 0
+    for n, line in enumerate(lines):
+        if kept and used + len(line) + 1 > max_chars - 30:
+            kept.append(f"... and {len(lines) - n} more")
+            break
+        kept.append(line)
+        used += len(line) + 1
+    return "\n".join(kept)[:max_chars]
+
+
 def read_text_input(path: str) -> str:
     """Read a user's text file with the checks every command needs; raises InputError with one line."""
     from pathlib import Path

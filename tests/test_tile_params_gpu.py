@@ -34,16 +34,10 @@ MATRIX = ([(v, DType.bf16, d, c) for v in VARIANTS for d in (64, 128) for c in C
 
 def _build(name: str, dtype: DType, head_dim: int, config: str):
     from flashgen.harness.suite import translation_target
-    from flashgen.tl_spec import library, parse
-    from flashgen.translators import translate
-    from flashgen.translators.search import kernel_name, parse_compact_params
+    from flashgen.translators.search import parse_compact_params, translate_with_params
 
-    target = translation_target(GPU)
     params = parse_compact_params(config)
-    variant = VARIANTS[name]
-    tl = library.render(variant, dtype=dtype, arch=target.arch, head_dim=head_dim, params=params, form="full")
-    translation = translate(parse(tl, "kernel.tl"), target, name=kernel_name(variant, dtype, head_dim, target.arch,
-                                                                             params))
+    translation = translate_with_params(VARIANTS[name], translation_target(GPU), dtype, head_dim, params)
     chosen = {key: translation.manifest.params[key] for key in params}
     assert chosen == params, f"the translator changed the requested parameters: {chosen} != {params}"
     return translation.source, translation.manifest

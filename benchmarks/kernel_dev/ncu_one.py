@@ -26,17 +26,12 @@ def main() -> None:
     from flashgen.harness.compile import compile_cuda
     from flashgen.harness.suite import translation_target
     from flashgen.harness.worker import load_kernel, prepare_launch
-    from flashgen.tl_spec import library, parse
-    from flashgen.translators import translate
-    from flashgen.translators.search import parse_compact_params
+    from flashgen.translators.search import parse_compact_params, translate_with_params
     from flashgen.variant import DType, Variant
 
     dtype = DType(args.dtype)
-    variant = Variant(causal=args.causal)
-    target = translation_target("h200")
-    tl = library.render(variant, dtype=dtype, arch=target.arch, head_dim=args.d,
-                        params=parse_compact_params(args.config), form="full")
-    translation = translate(parse(tl, "kernel.tl"), target)
+    translation = translate_with_params(Variant(causal=args.causal), translation_target("h200"), dtype, args.d,
+                                        parse_compact_params(args.config))
     compiled = compile_cuda(translation.source, "sm_90")
     kernel = load_kernel(compiled.cubin_path, translation.manifest)
     b, h = 16384 // args.n, 2048 // args.d

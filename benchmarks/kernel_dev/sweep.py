@@ -34,17 +34,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
 
-    from flashgen.agent.environment import Environment
     from flashgen.harness.bench import bench_kernels, shape_text
     from flashgen.harness.compile import compile_many
     from flashgen.harness.suite import translation_target
     from flashgen.harness.verify import default_cases
     from flashgen.harness.worker import GpuWorker, KernelInput
-    from flashgen.tl_spec import parse
-    from flashgen.translators import translate
-    from flashgen.translators.search import VERIFY_CASES, kernel_name, parse_compact_params
+    from flashgen.translators.search import VERIFY_CASES, parse_compact_params, translate_with_params
 
-    env = Environment()
     target = translation_target("h200")
     shapes = [Shape(B=16384 // n, H=2048 // args.d, N=n, M=n, D=args.d) for n in map(int, args.n.split(","))]
     built = []
@@ -52,13 +48,9 @@ def main() -> int:
         for mask in args.masks.split(","):
             variant = Variant(causal=mask == "causal")
             for label in args.configs.split(","):
-                params = parse_compact_params(label)
-                tl = env.library_tl(variant, target, dt, args.d, form="full", params=params)
-                name = kernel_name(variant, dt, args.d, target.arch, params)
-                translation = translate(parse(tl, "kernel.tl"), target, name=name)
-                source, manifest = translation.source, translation.manifest
-                built.append({"label": label, "dtype": dt.value, "mask": mask, "name": name, "source": source,
-                              "manifest": manifest})
+                translation = translate_with_params(variant, target, dt, args.d, parse_compact_params(label))
+                built.append({"label": label, "dtype": dt.value, "mask": mask, "name": translation.manifest.name,
+                              "source": translation.source, "manifest": translation.manifest})
     t0 = time.time()
     compiled = compile_many([b["source"] for b in built], "sm_90", jobs=16)
     print(f"compiled {len(built)} kernels in {time.time() - t0:.1f} s", flush=True)

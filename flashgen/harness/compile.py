@@ -33,7 +33,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from flashgen.abi import ABI_HEADER
-from flashgen.errors import FlashgenError, UsageError
+from flashgen.errors import FlashgenError, UsageError, join_lines_capped
 from flashgen.harness.ptxas import (
     CompileError,
     ResourceUsage,
@@ -112,15 +112,7 @@ class CompileResult(BaseModel):
                 parts.append(f"{name} ({self.arch}): {usage.registers} registers, {usage.shared_static_bytes} B static "
                              f"smem, {usage.stack_frame_bytes} B stack{spill}")
             parts += [str(w) for w in self.warnings if w.tool == "ptxas"]
-        kept: list[str] = []
-        used = 0
-        for n, part in enumerate(parts):
-            if kept and used + len(part) + 1 > max_chars - 30:
-                kept.append(f"... and {len(parts) - n} more")
-                break
-            kept.append(part)
-            used += len(part) + 1
-        return "\n".join(kept)[:max_chars]
+        return join_lines_capped(parts, max_chars)
 
 
 def default_cache_dir() -> Path:

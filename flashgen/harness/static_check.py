@@ -31,6 +31,7 @@ import re
 from pydantic import BaseModel
 
 from flashgen.abi import ABI_INCLUDE, ENTRY_SIGNATURE, KernelManifest
+from flashgen.errors import join_lines_capped
 
 ALLOWED_HEADERS = frozenset({
     ABI_INCLUDE,
@@ -71,16 +72,7 @@ class StaticIssue(BaseModel):
 
 def format_issues(issues: list[StaticIssue], max_chars: int = 2000) -> str:
     """The issues one per line, for a model; cut at max_chars with a count of what was left out."""
-    lines: list[str] = []
-    used = 0
-    for n, issue in enumerate(issues):
-        text = str(issue)
-        if lines and used + len(text) + 1 > max_chars - 30:
-            lines.append(f"... and {len(issues) - n} more")
-            break
-        lines.append(text)
-        used += len(text) + 1
-    return "\n".join(lines)[:max_chars]
+    return join_lines_capped([str(issue) for issue in issues], max_chars)
 
 
 def blank_comments_and_strings(source: str) -> tuple[str, str]:

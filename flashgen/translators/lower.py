@@ -60,6 +60,7 @@ from flashgen.translators.plan import (
     Prologue,
     ScoreMod,
     expression_names,
+    tile_fields,
 )
 from flashgen.variant import Norm, Shape
 
@@ -1145,16 +1146,15 @@ class _Lowering:
     # ------------------------------------------------------------------ the plan
     def build_plan(self, name, mods, prologue, visible, mask_tile, norm, write_lse, begin, end) -> KernelPlan:
         from flashgen.translators.params import TILE_KEYS, choose_params
-        from flashgen.translators.render import max_stages_range
+        from flashgen.translators.render import max_stages
 
         defaults = choose_params(self.variant, self.arch, self.dtype, self.head_dim)
-        params = {**defaults, **{k: v for k, v in self.params.items() if k in defaults or k in TILE_KEYS}}
-        stages_ok = max_stages_range(self.arch)
-        if params.get("STAGES", 1) not in stages_ok:
-            used = max(stages_ok)
+        params = {**defaults, **{k: v for k, v in self.params.items() if k in TILE_KEYS}}
+        deepest = max_stages(self.arch)
+        if not 1 <= params["STAGES"] <= deepest:
             self.notes.append(f"STAGES={params['STAGES']}: the {self.arch} translator buffers K and V at most "
-                              f"{used} deep and uses STAGES={used}")
-            params["STAGES"] = used
+                              f"{deepest} deep and uses STAGES={deepest}")
+            params["STAGES"] = deepest
         if "WARPS" not in self.params:
             while params["WARPS"] > 1 and params["BLOCK_M"] % (16 * params["WARPS"]):
                 params["WARPS"] //= 2
@@ -1166,12 +1166,11 @@ class _Lowering:
         try:
             return KernelPlan(
                 name=kernel_name, arch=self.arch, dtype=self.dtype, head_dim=self.head_dim,
-                block_m=int(params["BLOCK_M"]), block_n=int(params["BLOCK_N"]), warps=int(params["WARPS"]),
-                stages=int(params["STAGES"]), variant=self.variant.model_copy(update={"return_lse": write_lse})
+                **tile_fields(params, self.variant),
+                variant=self.variant.model_copy(update={"return_lse": write_lse})
                 if not self.variant.split_kv and write_lse != self.variant.return_lse else self.variant,
                 score_mods=mods, prologue=prologue, visible=visible, norm=norm, write_lse=write_lse,
-                kv_tile_begin=begin, kv_tile_end=end, mask_tile=mask_tile,
-                q_in_regs=bool(params.get("Q_IN_REGS", 1)), group_heads=int(params.get("GROUP_HEADS", 1)))
+                kv_tile_begin=begin, kv_tile_end=end, mask_tile=mask_tile)
         except ValueError as exc:
             msg = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors()) \
                 if hasattr(exc, "errors") else str(exc)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from enum import Enum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -221,6 +221,16 @@ def normalization_for(variant: Variant) -> tuple[Normalization, list[Prologue]]:
             [Prologue(ctype="float", name="log_seqlen_k", expr="logf((float)seqlen_k)")])
 
 
+def tile_fields(params: dict[str, int], variant: Variant) -> dict[str, Any]:
+    """KernelPlan's fields from tile parameters (BLOCK_M, BLOCK_N, WARPS, STAGES; optional Q_IN_REGS and
+    GROUP_HEADS, whose absence means Q in registers and the variant's default launch order)."""
+    from flashgen.translators.params import default_group_heads
+
+    return dict(block_m=int(params["BLOCK_M"]), block_n=int(params["BLOCK_N"]), warps=int(params["WARPS"]),
+                stages=int(params["STAGES"]), q_in_regs=bool(params.get("Q_IN_REGS", 1)),
+                group_heads=int(params.get("GROUP_HEADS", default_group_heads(variant))))
+
+
 def plan_for_variant(variant: Variant, arch: str, dtype: DType, head_dim: int, *, name: str | None = None,
                      params: dict[str, int] | None = None) -> KernelPlan:
     """The plan the rule-based expert would write. `params` (BLOCK_M, BLOCK_N, WARPS, STAGES, optional
@@ -230,9 +240,9 @@ def plan_for_variant(variant: Variant, arch: str, dtype: DType, head_dim: int, *
     if head_dim not in SUPPORTED_HEAD_DIMS:
         raise UsageError(f"head dim {head_dim} is not supported by the CUDA translator; "
                          f"supported: {', '.join(map(str, SUPPORTED_HEAD_DIMS))}")
-    from flashgen.translators.params import choose_params, default_group_heads
-
     if params is None:
+        from flashgen.translators.params import choose_params
+
         params = choose_params(variant, arch, dtype, head_dim)
     mods, prologue = score_mods_for(variant)
     norm, norm_prologue = normalization_for(variant)
@@ -240,12 +250,9 @@ def plan_for_variant(variant: Variant, arch: str, dtype: DType, head_dim: int, *
     kernel_name = name or f"fg_{variant.name}_{dtype.value}_d{head_dim}_{arch}"
     try:
         return KernelPlan(
-            name=kernel_name, arch=arch, dtype=dtype, head_dim=head_dim,
-            block_m=int(params["BLOCK_M"]), block_n=int(params["BLOCK_N"]), warps=int(params["WARPS"]),
-            stages=int(params["STAGES"]), variant=variant, score_mods=mods, prologue=prologue + norm_prologue,
-            visible=visible, norm=norm, write_lse=variant.return_lse, kv_tile_begin=begin, kv_tile_end=end,
-            mask_tile=mask_tile, q_in_regs=bool(params.get("Q_IN_REGS", 1)),
-            group_heads=int(params.get("GROUP_HEADS", default_group_heads(variant))),
+            name=kernel_name, arch=arch, dtype=dtype, head_dim=head_dim, **tile_fields(params, variant),
+            variant=variant, score_mods=mods, prologue=prologue + norm_prologue, visible=visible, norm=norm,
+            write_lse=variant.return_lse, kv_tile_begin=begin, kv_tile_end=end, mask_tile=mask_tile,
         )
     except ValueError as exc:
         raise UsageError(f"cannot plan {kernel_name}: {exc}") from None

@@ -68,9 +68,9 @@ def turing_early_words(plan: KernelPlan) -> int:
     return 0 if plan.head_dim >= 256 else 4
 
 
-def max_stages_range(arch: str) -> range:
-    """K/V buffer depths the template implements: Turing's register-staged loads have one; cp.async two."""
-    return range(1, 2) if arch == "sm_75" else range(1, 3)
+def max_stages(arch: str) -> int:
+    """The deepest K/V buffering the template implements: Turing's register-staged loads have one; cp.async two."""
+    return 1 if arch == "sm_75" else 2
 
 
 def tiles_bytes(block_m: int, block_n: int, head_dim: int, itemsize: int, stages: int = 1) -> int:
@@ -112,9 +112,9 @@ def _arch_code_path(plan: KernelPlan) -> str:
 
 def _validate(plan: KernelPlan) -> None:
     check_expressions(plan)
-    if plan.stages not in max_stages_range(plan.arch):
+    if plan.stages > max_stages(plan.arch):
         raise UsageError(f"{plan.name}: stages={plan.stages}: the {plan.arch} translator implements "
-                         f"STAGES in {list(max_stages_range(plan.arch))}")
+                         f"STAGES in 1..{max_stages(plan.arch)}")
     limit = smem_limit(plan.arch)
     need = smem_bytes(plan)
     if need > limit:

@@ -47,7 +47,7 @@ BLOCK_MS = (64, 128, 256)
 BLOCK_NS = (16, 32, 64, 128)  # 16: the only key tile that fits d256 in fp32 or on Turing
 WARPS = (4, 8)
 Q_IN_REGS = (0, 1)
-# K/V buffer depths render implements (flashgen.translators.render.max_stages_range; sm_75 has only 1)
+# K/V buffer depths render implements (flashgen.translators.render.max_stages; sm_75 has only 1)
 STAGES = (1, 2)
 # launch orders (GROUP_HEADS): the variant's default first (params.default_group_heads), then the other
 GROUP_HEADS = (1, 0)
@@ -211,6 +211,18 @@ def candidate_params(variant: Variant, target, dtype: DType, head_dim: int) -> l
     target = resolve_target(target)
     dtype = DType(getattr(dtype, "value", dtype))
     return [dict(items) for items in _candidate_params(variant, target.name, dtype, head_dim)]
+
+
+def translate_with_params(variant: Variant, target, dtype: DType, head_dim: int, params: dict[str, int]):
+    """The reference translator's kernel for exactly these parameters (the library's full TL carrying them), named by
+    kernel_name: a bench tells kernels apart by name. Returns flashgen.translators' Translation."""
+    from flashgen.tl_spec import library, parse
+    from flashgen.translators import translate
+
+    target = resolve_target(target)
+    dtype = DType(getattr(dtype, "value", dtype))
+    tl = library.render(variant, dtype=dtype, arch=target.arch, params=params, head_dim=head_dim, form="full")
+    return translate(parse(tl, "kernel.tl"), target, name=kernel_name(variant, dtype, head_dim, target.arch, params))
 
 
 def build_sources(records: Sequence[CandidateRecord], target) -> None:

@@ -434,7 +434,7 @@ struct attn_mma16 {
     }
   }
 
-  // P as m16n8k16 A fragments: p16[mt][kk] covers keys 16kk..16kk+15 of rows mt*16.. (pack_p's layout).
+  // P as m16n8k16 A fragments: p16[mt][kk] covers keys 16kk..16kk+15 of the warp's rows mt*16 .. mt*16+15.
   using p_frags = uint32_t[MT][BN / 16][4];
 
   // Where score (nt, c) of a C fragment goes in p_frags: a pair (c, c+1), c even, is one register.
