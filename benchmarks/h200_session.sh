@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one H200 session: GPU tests, then the FA2 suite on the sm_80 and sm_75 code paths, then the report.
 #   run(command="bash benchmarks/h200_session.sh", carry=[".whl"], timeout_s=600)
+# (The whole GPU test suite, in one call of its own: benchmarks/gpu_suite.sh.)
 # Optional: FLASHGEN_GIT_COMMIT=<sha> (the device copy has no .git), SESSION_BUDGET_S (default 540),
 #   PHASE=tests|bench|all (default all): two back-to-back calls (the machine stays warm 30 s) fit more
 #   than one 10-minute call. PYTEST_TARGETS (default: tests) narrows the GPU tests to what changed.

@@ -11,9 +11,11 @@ from __future__ import annotations
 import ctypes
 import re
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
+from flashgen.operators import SIZE_BINARY, SIZE_FUNCTIONS, UNARY
 from flashgen.variant import DType, Variant
 
 ABI_HEADER = Path(__file__).parent / "include" / "flashgen_abi.cuh"
@@ -22,8 +24,10 @@ _LAUNCH_BOUNDS = r"(?:__launch_bounds__\([^)]*\)\s+)?"
 # CUDA accepts __launch_bounds__ either before or after the return type.
 ENTRY_SIGNATURE = re.compile(
     r'extern\s+"C"\s+__global__\s+' + _LAUNCH_BOUNDS + r"void\s+" + _LAUNCH_BOUNDS
-    + r"(\w+)\s*\(\s*const\s+FlashgenAttnParams\s+\w+\s*\)"
+    + r"(\w+)\s*\(\s*const\s+FlashgenAttnParams\s+\w+"
+    + r"(?:\s*,\s*const\s+__grid_constant__\s+FlashgenTensorMaps\s+\w+)?\s*\)"
 )
+TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap)
 
 SIZE_NAMES = ("B", "H", "KVH", "N", "M", "D", "SPLITS")
 
@@ -35,6 +39,18 @@ class Launch(BaseModel):
     grid: tuple[str, str, str] = Field(description="expressions over B,H,KVH,N,M,D,SPLITS; cdiv(a,b) allowed")
     threads: int = Field(ge=32, le=1024)
     smem_bytes: int = Field(default=0, ge=0, description="dynamic shared memory")
+
+
+class TensorMapSpec(BaseModel):
+    """One TMA tensor map a Hopper kernel takes (FlashgenTensorMaps in flashgen_abi.cuh). The harness encodes it
+    over the tensor's (D, rows, heads, batch) axes with the tensor's own strides: boxes of `box_cols` head-dim
+    elements by `box_rows` rows, swizzled `swizzle_bytes`; rows past the end load as zeros and are not stored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    tensor: Literal["q", "k", "v", "o"]
+    box_rows: int = Field(ge=1, le=256)
+    box_cols: int = Field(default=64, ge=8, le=256, description="elements; box_cols * itemsize <= swizzle_bytes")
+    swizzle_bytes: Literal[128] = 128
 
 
 class KernelManifest(BaseModel):
@@ -56,7 +72,20 @@ class KernelManifest(BaseModel):
         description="a full TL program whose fp64 interpretation is the reference, for kernels that compute "
         "something `variant` does not describe (a custom mask or score function); None: flashgen.reference",
     )
+    tensor_maps: list[TensorMapSpec] = Field(
+        default_factory=list,
+        description="TMA tensor maps the kernel takes as its second parameter (const __grid_constant__ "
+        "FlashgenTensorMaps); empty for kernels whose only parameter is FlashgenAttnParams",
+    )
     notes: str = ""
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_tensor_maps(self, handler):
+        # Kernels without TMA (every pre-Hopper one) serialize exactly as before the field existed.
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("tensor_maps"):
+            data.pop("tensor_maps", None)
+        return data
 
 
 class FlashgenAttnParams(ctypes.Structure):
@@ -83,11 +112,14 @@ class FlashgenAttnParams(ctypes.Structure):
 
 
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(.))")
+# the levels of the size operators, loosest first (flashgen.operators.SIZE_BINARY: + - * / %, with / flooring)
+_SIZE_LEVELS = sorted({op.precedence for op in SIZE_BINARY.values()})
 
 
 def eval_size(expr: str, sizes: dict[str, int]) -> int:
     """Evaluate an integer size expression: + - * / (floor) % parentheses, names from `sizes`,
-    and cdiv(a, b) / max(a, b) / min(a, b). Raises ValueError on anything else."""
+    and cdiv(a, b) / max(a, b) / min(a, b), each as flashgen.operators defines it. Raises ValueError on
+    anything else."""
     tokens: list[tuple[str, str]] = []
     for num, name, op in _TOKEN.findall(expr):
         if num:
@@ -95,7 +127,7 @@ def eval_size(expr: str, sizes: dict[str, int]) -> int:
         elif name:
             tokens.append(("name", name))
         elif op.strip():
-            if op not in "+-*/%(),":
+            if op not in SIZE_BINARY and op not in "(),":
                 raise ValueError(f"size expression {expr!r}: unexpected {op!r}")
             tokens.append(("op", op))
     pos = 0
@@ -120,33 +152,32 @@ def eval_size(expr: str, sizes: dict[str, int]) -> int:
             take(")")
             return value
         if kind == "op" and text == "-":
-            return -atom()
-        if kind == "name" and text in ("cdiv", "max", "min"):
+            return UNARY["-"].scalar(atom())
+        if kind == "name" and text in SIZE_FUNCTIONS:
+            func = SIZE_FUNCTIONS[text]
             take("(")
-            a = add()
-            take(",")
-            b = add()
+            args = [add()]
+            for _ in range(func.arity - 1):
+                take(",")
+                args.append(add())
             take(")")
-            return {"cdiv": lambda: -(-a // b), "max": lambda: max(a, b), "min": lambda: min(a, b)}[text]()
+            return func.scalar(*args)
         if kind == "name" and text in sizes:
             return int(sizes[text])
         raise ValueError(f"size expression {expr!r}: unknown name {text!r}")
 
-    def mul() -> int:
-        value = atom()
-        while (tok := peek()) and tok[1] in ("*", "/", "%"):
+    def level(i: int) -> int:
+        if i == len(_SIZE_LEVELS):
+            return atom()
+        value = level(i + 1)
+        while (tok := peek()) and tok[0] == "op" and tok[1] in SIZE_BINARY \
+                and SIZE_BINARY[tok[1]].precedence == _SIZE_LEVELS[i]:
             take()
-            rhs = atom()
-            value = value * rhs if tok[1] == "*" else value // rhs if tok[1] == "/" else value % rhs
+            value = SIZE_BINARY[tok[1]].scalar(value, level(i + 1))
         return value
 
     def add() -> int:
-        value = mul()
-        while (tok := peek()) and tok[1] in ("+", "-"):
-            take()
-            rhs = mul()
-            value = value + rhs if tok[1] == "+" else value - rhs
-        return value
+        return level(0)
 
     result = add()
     if peek() is not None:

@@ -14,7 +14,10 @@ from typing import Any
 
 from flashgen.abi import KernelManifest
 from flashgen.errors import FlashgenError, UsageError
-from flashgen.variant import DType, Norm, Variant
+from flashgen.variant import DType, Variant, make_variant, parse_dtype
+
+__all__ = ["DEFAULT_DTYPE", "DEFAULT_GPU", "DEFAULT_HEAD_DIM", "Kernel", "default_out_dir", "generate", "make_variant",
+           "parse_dtype"]
 
 DEFAULT_GPU = "h200"
 DEFAULT_DTYPE = "fp16"
@@ -38,7 +41,7 @@ class Kernel:
     def __call__(self, q, k, v, scale: float | None = None):
         """O (and LSE when the variant returns it) for torch CUDA tensors q (B, H, N, D), k and v
         (B, KVH, M, D), through the harness's launcher (zero-copy, on the tensors' current stream)."""
-        from flashgen.harness.worker import device_arch, launch
+        from flashgen.harness.device import device_arch, launch
 
         if self._launcher is None:
             from flashgen.harness.compile import compile_cuda
@@ -63,32 +66,6 @@ class Kernel:
         return f"Kernel({m.name}, {m.arch}, {m.dtype.value}, d={m.head_dim}, verified={self.verified})"
 
 
-def make_variant(*, causal: bool = False, window: int | None = None, alibi: bool = False,
-                 softcap: float | None = None, norm: str = "softmax", lse: bool = False, kv_group: int = 1) -> Variant:
-    """A Variant from the CLI's flags; an impossible combination is a UsageError (one line)."""
-    from pydantic import ValidationError
-
-    try:
-        norm_value = Norm(norm)
-    except ValueError:
-        raise UsageError(f"unknown norm {norm!r}; choose softmax, relu or sigmoid") from None
-    try:
-        return Variant(causal=causal, window=window, alibi=alibi, softcap=softcap, norm=norm_value,
-                       return_lse=lse, kv_group=kv_group)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first.get("loc", ()) if x)
-        raise UsageError(f"unsupported variant: {(where + ': ') if where else ''}"
-                         f"{first['msg'].removeprefix('Value error, ')}") from None
-
-
-def parse_dtype(dtype: str | DType) -> DType:
-    try:
-        return DType(getattr(dtype, "value", dtype))
-    except ValueError:
-        raise UsageError(f"unknown dtype {dtype!r}; choose fp16, bf16 or fp32") from None
-
-
 def default_out_dir(target_name: str, dtype: DType, variant: Variant, head_dim: int) -> Path:
     return Path("generated") / target_name / dtype.value / f"{variant.name}_d{head_dim}"
 
@@ -104,7 +81,7 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
 
     Raises FlashgenError subclasses (one line) for bad input and for a run that ends without a
     kernel."""
-    from flashgen.agent.environment import Environment
+    from flashgen.harness.environment import Environment
     from flashgen.agent.loop import Budget, LoopConfig, resume_loop, run_loop
     from flashgen.agent.outputs import write_outputs
     from flashgen.agent.providers import Task, make_provider

@@ -25,7 +25,7 @@ def _register_all() -> None:
     import importlib
 
     for module in ("flashgen.targets_cli", "flashgen.tl_spec.cli", "flashgen.harness.cli", "flashgen.harness.tune_cli",
-                   "flashgen.agent.cli"):
+                   "flashgen.generate_cli"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:

@@ -273,3 +273,29 @@ def tensor_cores_take(arch: str, dtype: DType | str) -> bool:
     GPU has is assumed to take it."""
     want = "tf32" if DType(dtype) is DType.fp32 else DType(dtype).value
     return all(want in t.tensor_dtypes for t in TARGETS.values() if t.arch == arch.removesuffix("a"))
+
+
+def resolve_target(target: Target | str) -> Target:
+    """A Target from a Target, a GPU name (h200, any alias) or an arch (sm_80: the first known GPU of that arch in
+    the table, t4 for sm_75; sm_90a: the first whose feature arch it is). The one place a name or an arch string
+    becomes a Target."""
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, str) and target.startswith("sm_"):
+        for known in _TARGET_LIST:
+            if known.arch == target:
+                return known
+        for known in _TARGET_LIST:
+            if known.feature_arch == target:
+                return known
+        raise UsageError(f"no known GPU has arch {target!r}; known: "
+                         f"{', '.join(dict.fromkeys(t.arch for t in _TARGET_LIST))}")
+    return get_target(target)
+
+
+def gencode_flags(arch: str) -> tuple[str, ...]:
+    """nvcc's -gencode flags that build a cubin for `arch` (sm_80; sm_90a for the arch-specific Hopper target)."""
+    if not re.fullmatch(r"sm_\d+a?", arch):
+        raise UsageError(f"unknown arch {arch!r}: expected sm_<major><minor>[a], e.g. sm_80 or sm_90a")
+    number = arch.removeprefix("sm_")
+    return (f"-gencode=arch=compute_{number},code=sm_{number}",)

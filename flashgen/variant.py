@@ -20,7 +20,9 @@ from __future__ import annotations
 import math
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from flashgen.errors import UsageError
 
 
 class Norm(str, Enum):
@@ -134,3 +136,29 @@ def default_scale(head_dim: int) -> float:
 
 def alibi_slope(head: int, heads: int) -> float:
     return 2.0 ** (-8.0 * (head + 1) / heads)
+
+
+# From the words a user types (CLI flags, flashgen.generate's arguments); a bad one is a UsageError (one line)
+
+def make_variant(*, causal: bool = False, window: int | None = None, alibi: bool = False,
+                 softcap: float | None = None, norm: str = "softmax", lse: bool = False, kv_group: int = 1) -> Variant:
+    """A Variant from the CLI's flags; an impossible combination is a UsageError (one line)."""
+    try:
+        norm_value = Norm(norm)
+    except ValueError:
+        raise UsageError(f"unknown norm {norm!r}; choose softmax, relu or sigmoid") from None
+    try:
+        return Variant(causal=causal, window=window, alibi=alibi, softcap=softcap, norm=norm_value,
+                       return_lse=lse, kv_group=kv_group)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()) if x)
+        raise UsageError(f"unsupported variant: {(where + ': ') if where else ''}"
+                         f"{first['msg'].removeprefix('Value error, ')}") from None
+
+
+def parse_dtype(dtype: str | DType) -> DType:
+    try:
+        return DType(getattr(dtype, "value", dtype))
+    except ValueError:
+        raise UsageError(f"unknown dtype {dtype!r}; choose fp16, bf16 or fp32") from None

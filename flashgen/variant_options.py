@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from flashgen.errors import UsageError
-from flashgen.variant import Variant
+from flashgen.variant import Variant, make_variant
 
 Causal = Annotated[bool, typer.Option("--causal", help="causal mask (bottom-right aligned)")]
 Window = Annotated[int | None, typer.Option("--window", help="sliding window in keys (needs --causal)")]
@@ -39,7 +39,5 @@ def kv_group_from(kv_heads: int | None, heads: int | None, kv_group: int | None)
 def variant_from_options(*, causal: bool, window: int | None, alibi: bool, softcap: float | None,
                          kv_heads: int | None, heads: int | None, kv_group: int | None, norm: str,
                          lse: bool) -> Variant:
-    from flashgen.api import make_variant
-
     return make_variant(causal=causal, window=window, alibi=alibi, softcap=softcap, norm=norm, lse=lse,
                         kv_group=kv_group_from(kv_heads, heads, kv_group))

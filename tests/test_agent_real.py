@@ -66,14 +66,14 @@ def test_expert_generate_without_gpu_writes_everything_and_says_verification_did
 
 
 def test_committed_kernels_regenerate_identically(tmp_path):
-    from flashgen.agent import regenerate
+    from flashgen import regenerate
     from flashgen.agent.outputs import FILES
 
     for entry in [("t4", "fp16", "plain", 64), ("h200", "bf16", "causal", 128)]:
         rel = regenerate.relative_dir(*entry)
         committed = regenerate.ROOT / rel
         if not committed.exists():
-            pytest.fail(f"{committed} is missing: run python -m flashgen.agent.regenerate")
+            pytest.fail(f"{committed} is missing: run python -m flashgen.regenerate")
         regenerate.regenerate(*entry, out=tmp_path / rel, store_home=tmp_path / "store")
         for name in FILES:
             assert (tmp_path / rel / name).read_text() == (committed / name).read_text(), f"{rel}/{name} differs"

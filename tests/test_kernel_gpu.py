@@ -35,25 +35,29 @@ HEAD_DIMS = (64, 96, 128, 256)
 MATRIX = [(name, dtype, d) for name in VARIANTS for dtype in DType for d in HEAD_DIMS]
 
 
-def _build(name: str, dtype: DType, head_dim: int):
+def gpu_kernels(items, arch):
+    """The selected tests' kernels (tests/gpu_kernels.py: built and compiled once, before the tests run)."""
     from flashgen.harness.suite import build_expert_kernel
+    from tests.gpu_kernels import Build
 
-    source, manifest, _tl = build_expert_kernel(GPU, dtype.value, VARIANTS[name], head_dim)
-    return source, manifest
+    keys = [(p["name"], p["dtype"], p["head_dim"]) for p in (item.callspec.params for item in items)]
+    return {key: Build(build_expert_kernel, (GPU, key[1].value, VARIANTS[key[0]], key[2])) for key in keys}
 
 
 @pytest.fixture(scope="module")
-def kernels(compile_for_this_gpu):
-    """Every kernel built, and compiled in parallel into the cache the worker reads."""
-    return compile_for_this_gpu({key: _build(*key) for key in MATRIX})
+def reports(prebuilt_kernels):
+    """Every selected kernel through the harness's whole verification, on several GPU workers at once."""
+    from flashgen.harness.worker import KernelInput
+    from tests.gpu_kernels import verify_many
+
+    return verify_many({key: KernelInput(manifest=manifest, source=source)
+                        for key, (source, manifest) in prebuilt_kernels.ready().items()})
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("dtype", list(DType), ids=lambda d: d.value)
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_translated_kernel_passes_verification(kernels, gpu_worker, name, dtype, head_dim):
-    from flashgen.harness.worker import KernelInput
-
-    source, manifest = kernels[(name, dtype, head_dim)]
-    report = gpu_worker.verify(KernelInput(manifest=manifest, source=source))
+def test_translated_kernel_passes_verification(prebuilt_kernels, reports, name, dtype, head_dim):
+    prebuilt_kernels[(name, dtype, head_dim)]  # fails here with the build or compiler error, if any
+    report = reports[(name, dtype, head_dim)]
     assert report.ok, report.summary

@@ -9,13 +9,9 @@ import pytest
 
 from flashgen.abi import ENTRY_SIGNATURE, eval_size
 from flashgen.errors import UsageError
-from flashgen.translators.plan import (
-    KernelPlan,
-    ScoreMod,
-    check_expressions,
-    plan_for_variant,
-)
+from flashgen.translators.plan import KernelPlan, ScoreMod, check_expressions
 from flashgen.translators.render import render, smem_bytes, smem_limit
+from flashgen.translators.rules import plan_for_variant
 from flashgen.variant import DType, Norm, Variant
 
 VARIANTS = {
@@ -139,14 +135,14 @@ def test_launch_order_reaches_the_kernel_and_follows_the_rows():
 
 @needs_nvcc
 def test_sm90_measured_tiles_keep_at_most_a_few_values_in_local_memory():
-    """The H100/H200 choices (params.MEASURED) compiled for sm_90: a 255-register kernel may keep a few
-    loop-invariant values in local memory (search.SPILL_TOLERANCE_BYTES), never its working set."""
-    from flashgen.translators.params import MEASURED
-    from flashgen.translators.search import SPILL_TOLERANCE_BYTES
+    """The H100/H200 choices (the sm80 backend's measured table) compiled for sm_90: a 255-register kernel may keep
+    a few loop-invariant values in local memory (harness.tune.SPILL_TOLERANCE_BYTES), never its working set."""
+    from flashgen.harness.tune import SPILL_TOLERANCE_BYTES
+    from flashgen.translators.backends import get_backend
 
     plans = [plan_for_variant(Variant(causal=order == "causal"), "sm_90", DType(dt), d, params=params,
-                              name=f"k_{dt}_{d}_{order}")
-             for (arch, dt, d, order), params in MEASURED.items() if arch == "sm_90"]
+                              name=f"k_{dt}_{d}_{order}", backend="sm80")
+             for (arch, dt, d, order), params in get_backend("sm80").measured.items() if arch == "sm_90"]
     result = _compile("sm_90", plans)
     assert result.ok, result.feedback_text()
     worst = {name: max(u.spill_store_bytes, u.spill_load_bytes) for name, u in result.kernels.items()}

@@ -10,18 +10,12 @@ import typer
 from typer.testing import CliRunner
 
 from flashgen.errors import UsageError
+from flashgen.harness import tune as tune_mod
+from flashgen.harness.tune import Verdict, compile_filter, record_winner, search
 from flashgen.translators import params as params_mod
 from flashgen.translators import search as search_mod
 from flashgen.translators.params import choose_params, choose_params_with_source, load_tuned
-from flashgen.translators.search import (
-    CandidateRecord,
-    Verdict,
-    candidate_params,
-    compile_filter,
-    record_winner,
-    screen_candidates,
-    search,
-)
+from flashgen.translators.search import CandidateRecord, candidate_params, screen_candidates
 from flashgen.variant import DType, Shape, Variant
 
 CAUSAL = Variant(causal=True)
@@ -54,7 +48,7 @@ def test_compile_filter_drops_the_candidate_that_spills():
     picked = [by_label["128x64 w4 s1 q1 g0"], by_label["128x128 w8 s1 q1 g0"], by_label["64x64 w4 s1 q1 g0"]]
     survivors = compile_filter(picked, "a100", max_compiles=2)
     assert [r.label for r in survivors] == ["128x128 w8 s1 q1 g0"]
-    assert picked[0].resources[next(iter(picked[0].resources))]["spill_store_bytes"] > search_mod.SPILL_TOLERANCE_BYTES
+    assert picked[0].resources[next(iter(picked[0].resources))]["spill_store_bytes"] > tune_mod.SPILL_TOLERANCE_BYTES
     assert "spills" in picked[0].dropped and picked[0].resources
     assert picked[1].resources and all(u["spill_store_bytes"] == 0 for u in picked[1].resources.values())
     assert picked[2].dropped == "compile: not compiled (compile budget)" and picked[2].source is None
@@ -102,7 +96,7 @@ def test_search_picks_the_geomean_winner_and_never_a_wrong_kernel():
 
 def test_search_stops_timing_when_the_budget_is_spent(monkeypatch):
     clock = [0.0]
-    monkeypatch.setattr(search_mod.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(tune_mod.time, "monotonic", lambda: clock[0])
     timer = FakeTimer({}, clock=clock, step_s=100.0)
     result = search(CAUSAL, "a100", DType.bf16, 128, SHAPES[:1], timer=timer, budget_s=150, compile=False,
                     verifier=fake_verifier(set()), max_candidates=4, batch_size=1)

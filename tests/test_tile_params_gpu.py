@@ -37,22 +37,34 @@ def _build(name: str, dtype: DType, head_dim: int, config: str):
     from flashgen.translators.search import parse_compact_params, translate_with_params
 
     params = parse_compact_params(config)
-    translation = translate_with_params(VARIANTS[name], translation_target(GPU), dtype, head_dim, params)
+    translation = translate_with_params(VARIANTS[name], translation_target(GPU), dtype, head_dim, params,
+                                        backend="sm80")  # this module tests the mma.sync path's tiles
     chosen = {key: translation.manifest.params[key] for key in params}
     assert chosen == params, f"the translator changed the requested parameters: {chosen} != {params}"
     return translation.source, translation.manifest
 
 
+def gpu_kernels(items, arch):
+    """The selected tests' kernels (tests/gpu_kernels.py: built and compiled once, before the tests run)."""
+    from tests.gpu_kernels import Build
+
+    params = (item.callspec.params for item in items)
+    return {key: Build(_build, key) for key in ((p["name"], p["dtype"], p["head_dim"], p["config"]) for p in params)}
+
+
 @pytest.fixture(scope="module")
-def kernels(compile_for_this_gpu):
-    return compile_for_this_gpu({key: _build(*key) for key in MATRIX})
+def reports(prebuilt_kernels):
+    """Every selected kernel through the harness's whole verification, on several GPU workers at once."""
+    from flashgen.harness.worker import KernelInput
+    from tests.gpu_kernels import verify_many
+
+    return verify_many({key: KernelInput(manifest=manifest, source=source)
+                        for key, (source, manifest) in prebuilt_kernels.ready().items()})
 
 
 @pytest.mark.parametrize("name,dtype,head_dim,config", MATRIX,
                          ids=[f"{v}-{dt.value}-d{d}-{c}" for v, dt, d, c in MATRIX])
-def test_tile_parameters_pass_verification(kernels, gpu_worker, name, dtype, head_dim, config):
-    from flashgen.harness.worker import KernelInput
-
-    source, manifest = kernels[(name, dtype, head_dim, config)]
-    report = gpu_worker.verify(KernelInput(manifest=manifest, source=source))
+def test_tile_parameters_pass_verification(prebuilt_kernels, reports, name, dtype, head_dim, config):
+    prebuilt_kernels[(name, dtype, head_dim, config)]  # fails here with the build or compiler error, if any
+    report = reports[(name, dtype, head_dim, config)]
     assert report.ok, report.summary

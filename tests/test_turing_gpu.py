@@ -5,8 +5,8 @@ to fp16) and built by the harness for the GPU present: `runnable_arch` builds an
 device's arch (sm_90 on an H200), and the source itself fixes the code path, so a newer GPU runs exactly the
 Turing instructions. Verified by the official harness (`GpuWorker.verify`, default cases), plus adversarial
 inputs beyond fp16's range through `check_custom_inputs` (run inside the worker).
-The worker fixture first compiles every kernel of the module in parallel into the harness compile cache,
-so the tests only load cubins.
+The selected tests' kernels are built and compiled once, in parallel, before any test runs (`gpu_kernels`,
+tests/gpu_kernels.py), so the tests only load cubins.
 """
 
 from __future__ import annotations
@@ -35,9 +35,14 @@ HEAD_DIMS = (64, 96, 128, 256)
 def turing_kernel(variant: Variant, dtype: DType, head_dim: int):
     """The T4 kernel exactly as `flashgen generate --gpu t4` builds it (library TL -> check -> translate)."""
     from flashgen.harness.suite import build_expert_kernel
-    from flashgen.harness.worker import KernelInput
 
     source, manifest, _tl = build_expert_kernel("t4", dtype.value, variant, head_dim)
+    return _turing_input(source, manifest)
+
+
+def _turing_input(source: str, manifest):
+    from flashgen.harness.worker import KernelInput
+
     assert manifest.arch == "sm_75" and "#define FG_ARCH 75" in source
     return KernelInput(manifest=manifest, source=source)
 
@@ -123,16 +128,40 @@ def check_custom_inputs(kernel_json: str, shape: dict, qk_scale: float, v_scale:
     return out
 
 
-@pytest.fixture(scope="module")
-def worker(request):
-    """A GPU worker whose compile cache already holds the kernels of this module's selected tests (nvcc in
-    parallel): `-k` on a few cases does not compile all of them."""
-    from flashgen.harness.compile import compile_many
-    from flashgen.harness.worker import GpuWorker, device_arch
+def gpu_kernels(items, arch):
+    """The kernels the selected tests of this module run (built and compiled once, before the tests: `-k` on a
+    few cases does not build all of them): (name, dtype, head_dim) for the harness tests, ("adversarial", name)
+    for the range tests."""
+    from flashgen.harness.suite import build_expert_kernel
+    from tests.gpu_kernels import Build
 
-    sources = sorted({k.source for k in _selected_kernels(request.session.items)})
-    failed = [r.feedback_text(300) for r in compile_many(sources, device_arch()) if not r.ok]
-    assert not failed, "\n".join(failed[:3])
+    builds = {}
+    for item in items:
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        if "name" in params:
+            key = (params["name"], params["dtype"], params["head_dim"])
+            variant, dtype, head_dim = VARIANTS[params["name"]], params["dtype"], params["head_dim"]
+        elif "case" in params:
+            key, (variant, dtype, head_dim) = ("adversarial", params["case"][0]), params["case"][1:4]
+        else:
+            continue
+        builds[key] = Build(build_expert_kernel, ("t4", dtype.value, variant, head_dim))
+    return builds
+
+
+@pytest.fixture(scope="module")
+def reports(prebuilt_kernels):
+    """The harness tests' verifications, on several GPU workers at once (tests/gpu_kernels.verify_many)."""
+    from tests.gpu_kernels import verify_many
+
+    return verify_many({key: _turing_input(source, manifest) for key, (source, manifest)
+                        in prebuilt_kernels.ready().items() if key[0] != "adversarial"})
+
+
+@pytest.fixture(scope="module")
+def worker():
+    from flashgen.harness.worker import GpuWorker
+
     with GpuWorker(device=0) as w:
         yield w
 
@@ -151,8 +180,9 @@ def test_sm75_manifest_builds_for_this_gpu_with_the_turing_code_path():
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("dtype", list(DType), ids=lambda d: d.value)
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_turing_path_passes_the_harness(worker, name, dtype, head_dim):
-    report = worker.verify(turing_kernel(VARIANTS[name], dtype, head_dim))
+def test_turing_path_passes_the_harness(prebuilt_kernels, reports, name, dtype, head_dim):
+    _turing_input(*prebuilt_kernels[(name, dtype, head_dim)])  # fails here with the build or compiler error
+    report = reports[(name, dtype, head_dim)]
     assert report.ok, report.summary
     worst = max(r.rel_err for c in report.cases for r in c.runs)
     print(f"TURING {name} {dtype.value} d{head_dim}: worst rel err {worst:.3g}")
@@ -160,9 +190,9 @@ def test_turing_path_passes_the_harness(worker, name, dtype, head_dim):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", ADVERSARIAL, ids=lambda c: c[0])
-def test_turing_path_keeps_range_beyond_fp16(worker, case):
+def test_turing_path_keeps_range_beyond_fp16(prebuilt_kernels, worker, case):
     name, variant, dtype, head_dim, qk_scale, v_scale, v_exps = case
-    kernel = turing_kernel(variant, dtype, head_dim)
+    kernel = _turing_input(*prebuilt_kernels[("adversarial", name)])
     for seed in (1, 2):
         result = worker.call("test_turing_gpu:check_custom_inputs", kernel_json=kernel.model_dump_json(),
                              shape=ADVERSARIAL_SHAPE, qk_scale=qk_scale, v_scale=v_scale, v_block_exponents=v_exps,
@@ -174,17 +204,3 @@ def test_turing_path_keeps_range_beyond_fp16(worker, case):
         assert check["ok"], f"{name} seed {seed}: {check['detail']}"
         assert check["nonfinite_o"] == 0
 
-
-def _selected_kernels(items):
-    """The kernels the selected tests of this module will run."""
-    kernels = []
-    for item in items:
-        if Path(str(item.fspath)).resolve() != Path(__file__).resolve() or not hasattr(item, "callspec"):
-            continue
-        params = item.callspec.params
-        if "name" in params:
-            kernels.append(turing_kernel(VARIANTS[params["name"]], params["dtype"], params["head_dim"]))
-        elif "case" in params:
-            case = params["case"]
-            kernels.append(turing_kernel(case[1], case[2], case[3]))
-    return kernels

@@ -1,9 +1,8 @@
 """CPU tests of the Turing (sm_75) bf16/fp32 path: renders, compiles spill-free within 64 KB of shared memory,
-and leaves every sm_80 source exactly as the template renders it without the Turing blocks."""
+and leaves every sm_80 source exactly as it renders without the sm75 backend's templates and headers."""
 
 from __future__ import annotations
 
-import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,8 +12,8 @@ import pytest
 from flashgen.abi import ENTRY_SIGNATURE
 from flashgen.translators import render as render_mod
 from flashgen.translators.params import choose_params
-from flashgen.translators.plan import plan_for_variant
 from flashgen.translators.render import render, smem_bytes, smem_limit
+from flashgen.translators.rules import plan_for_variant
 from flashgen.variant import DType, Norm, Variant
 
 VARIANTS = {
@@ -61,30 +60,29 @@ def test_turing_fp16_keeps_the_unscaled_path():
     assert "scaled_tile_loader<" not in source.split("namespace fg_")[-1]  # defined by the header, never used
 
 
-def _template_without_turing_blocks() -> str:
-    text = (render_mod.TEMPLATES / "attention_fwd.cu.j2").read_text()
-    no_tag = r"(?:(?!\{%).)*?"  # a block body with no nested tag
-    stripped = re.sub(r"\{% elif turing_scaled %\}.*?\n(\{% else %\})", r"\1", text, flags=re.S)
-    stripped = re.sub(r"\{% if turing_scaled %\}\n" + no_tag + r"\{% else %\}\n(" + no_tag + r")\{% endif %\}\n",
-                      r"\1", stripped, flags=re.S)
-    stripped = re.sub(r"\{% if turing_scaled %\}\n" + no_tag + r"\{% endif %\}\n", "", stripped, flags=re.S)
-    assert "turing" not in stripped
-    return stripped
-
-
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-def test_sm80_sources_are_what_the_template_gives_without_the_turing_blocks(arch, monkeypatch):
-    env = render_mod._environment()
-    bare = jinja2.Environment(loader=jinja2.DictLoader({"attention_fwd.cu.j2": _template_without_turing_blocks()}),
+def test_sm80_sources_do_not_depend_on_the_sm75_backend(arch, monkeypatch, tmp_path):
+    """The sm80 path renders the same without the sm75 folder (its templates and header) on the search paths."""
+    from flashgen.translators.backends.base import BACKENDS_DIR
+
+    plans = [plan_for_variant(v, arch, dt, d, backend="sm80") for v in VARIANTS.values() for dt in DType
+             for d in (64, 256)]
+    assert {p.backend for p in plans} == {"sm80"}
+    with_sm75 = [render(p)[0] for p in plans]
+    visible = tmp_path / "backends"
+    visible.mkdir()
+    for child in BACKENDS_DIR.iterdir():
+        if child.name != "sm75" and child.is_dir():
+            (visible / child.name).symlink_to(child)
+    bare = jinja2.Environment(loader=jinja2.FileSystemLoader([str(render_mod.TEMPLATES), str(visible)]),
                               undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                               keep_trailing_newline=True)
-    plans = [plan_for_variant(v, arch, dt, d) for v in VARIANTS.values() for dt in DType for d in (64, 256)]
-    with_turing = [render(p)[0] for p in plans]
     monkeypatch.setattr(render_mod, "_environment", lambda: bare)
     without = [render(p)[0] for p in plans]
-    assert env is not bare
-    for plan, a, b in zip(plans, with_turing, without):
+    assert "sm75" not in "".join(t for t in bare.list_templates())
+    for plan, a, b in zip(plans, with_sm75, without):
         assert a == b, plan.name
+        assert "FG_ARCH 75" not in a and "flashgen/sm75.cuh" not in a, plan.name
 
 
 @needs_nvcc

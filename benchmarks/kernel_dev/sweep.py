@@ -37,9 +37,10 @@ def main() -> int:
     from flashgen.harness.bench import bench_kernels, shape_text
     from flashgen.harness.compile import compile_many
     from flashgen.harness.suite import translation_target
+    from flashgen.harness.tune import VERIFY_CASES
     from flashgen.harness.verify import default_cases
     from flashgen.harness.worker import GpuWorker, KernelInput
-    from flashgen.translators.search import VERIFY_CASES, parse_compact_params, translate_with_params
+    from flashgen.translators.search import parse_compact_params, translate_with_params
 
     target = translation_target("h200")
     shapes = [Shape(B=16384 // n, H=2048 // args.d, N=n, M=n, D=args.d) for n in map(int, args.n.split(","))]

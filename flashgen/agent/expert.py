@@ -9,10 +9,10 @@ go through the same extraction, checks and feedback as any model's.
 
 from __future__ import annotations
 
-from flashgen.agent.environment import Environment
 from flashgen.agent.extract import fenced_blocks
-from flashgen.agent.providers import ModelReply, ModelRequest, ProviderError
+from flashgen.agent.messages import ModelReply, ModelRequest, ProviderError
 from flashgen.errors import FlashgenError
+from flashgen.harness.environment import Environment
 
 
 class ExpertProvider:

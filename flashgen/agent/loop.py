@@ -12,15 +12,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from flashgen import prompts
 from flashgen.abi import KernelManifest
-from flashgen.agent.environment import (
-    Environment,
-    Timing,
-    Verification,
-    manifest_from_json,
-)
 from flashgen.agent.extract import extract
-from flashgen.agent.providers import ChatMessage, ModelRequest, Provider, Task
+from flashgen.agent.messages import ChatMessage, ModelRequest, Provider, Task
 from flashgen.agent.trace import RunTrace
+from flashgen.harness.environment import Environment, Timing, Verification, manifest_from_json
 from flashgen.variant import __doc__ as VARIANT_CONVENTIONS
 
 Phase = Literal["sketch", "params", "translate"]

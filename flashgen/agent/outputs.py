@@ -1,6 +1,6 @@
 """The files `flashgen generate` writes: sketch.tl, kernel.tl, kernel.cu, manifest.json, meta.json,
 report.md. meta.json and report.md hold no timestamp, run id or machine path, so regenerating a
-kernel without a GPU reproduces them byte for byte (tests/test_agent_generated.py checks it);
+kernel without a GPU reproduces them byte for byte (tests/test_agent_real.py checks it);
 what only a GPU run measures sits under "timings" and "verification"."""
 
 from __future__ import annotations

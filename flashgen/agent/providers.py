@@ -13,71 +13,14 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterable
-from typing import Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from flashgen.errors import FlashgenError, UsageError
-from flashgen.variant import DType, Variant
-
-Stage = Literal["sketch", "params", "translate", "repair_syntax", "repair_check", "repair_interpret",
-                "repair_compile", "repair_wrong", "repair_slow", "repair_no_code"]
-
-
-class ProviderError(FlashgenError):
-    """A provider could not answer (missing SDK or key, a refused request, retries exhausted)."""
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "user", "assistant"]
-    content: str
-
-
-class Task(BaseModel):
-    """What is being generated: enough for the expert to answer without reading the prose."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    variant: Variant
-    target: str = Field(description="canonical target name, e.g. a100")
-    arch: str
-    dtype: DType
-    head_dim: int
-
-
-class ModelRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    stage: Stage
-    messages: list[ChatMessage]
-    task: Task
-    phase: Literal["sketch", "params", "translate"] = Field(
-        description="the artefact this request asks for: a sketch, a full TL program or CUDA")
-
-
-class Usage(BaseModel):
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-
-class ModelReply(BaseModel):
-    text: str
-    usage: Usage = Field(default_factory=Usage)
-    cost_usd: float | None = Field(default=None, description="None when the model's price is unknown")
-    model: str
-    attempts: int = 1
-    note: str = ""
-
-
-@runtime_checkable
-class Provider(Protocol):
-    name: str
-    model: str
-
-    def complete(self, request: ModelRequest) -> ModelReply: ...
+from flashgen.agent.messages import ChatMessage as ChatMessage
+from flashgen.agent.messages import ModelReply, ModelRequest, Provider, ProviderError, Usage
+from flashgen.agent.messages import Stage as Stage
+from flashgen.agent.messages import Task as Task
+from flashgen.errors import UsageError
 
 
 # USD per million tokens (input, output), from the vendors' public price pages

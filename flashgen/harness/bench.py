@@ -123,7 +123,7 @@ def time_callable(fn: Callable[[], Any], *, stream=None, l2_bytes: int | None = 
     """Time `fn` (which enqueues GPU work on `stream`) with CUDA events around each call and an L2
     flush (a write of 2x the L2 size) before each; repeat until min_time_s of kernel time or max_reps.
     Then time `host_reps` calls on the host clock with a device synchronize after each."""
-    from flashgen.harness.worker import _cupy
+    from flashgen.harness.device import _cupy
 
     cp = _cupy()
     stream = stream or cp.cuda.get_current_stream()
@@ -258,13 +258,13 @@ def _as_torch(x, dtype: DType):
 
 def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, min_time_s: float = 0.2,
                   seed: int = 0, flex: FlexMode = "static") -> BenchReport:
-    """Time each kernel (worker.KernelInput, or (source | cubin path, manifest) pairs) on each shape,
+    """Time each kernel (device.KernelInput, or (source | cubin path, manifest) pairs) on each shape,
     and every baseline on the same (dtype, variant, shape) once. Needs a GPU; runs in-process (the
     worker calls it). A shape whose D differs from a kernel's head_dim is skipped for that kernel.
     `flex` says how FlexAttention is compiled (FlexMode)."""
     if flex not in FLEX_MODES:
         raise ValueError(f"flex must be one of {', '.join(FLEX_MODES)}, got {flex!r}")
-    from flashgen.harness.worker import (
+    from flashgen.harness.device import (
         KernelInput,
         _cupy,
         ensure_compiled,
@@ -317,7 +317,7 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
                 entry.tflops = tflops(shape, man.variant.causal, entry.stats.median_ms)
                 entry.roofline_pct = roofline_percent(shape, man.variant, man.dtype, target, entry.stats.median_ms)
             except Exception as exc:
-                from flashgen.harness.worker import is_sticky_cuda_error
+                from flashgen.harness.device import is_sticky_cuda_error
 
                 if is_sticky_cuda_error(exc):
                     raise
@@ -378,7 +378,7 @@ def _bench_baselines(variant: Variant, dtype: DType, shape: Shape, q, k, v, scal
 
 
 def _kernel_input(pair):
-    from flashgen.harness.worker import KernelInput
+    from flashgen.harness.device import KernelInput
 
     src, manifest = pair
     text = str(src)

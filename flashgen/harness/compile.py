@@ -1,8 +1,8 @@
 """nvcc → cubin, with a content-addressed cache and structured errors.
 
 `compile_cuda(source, arch)` compiles one translation unit for one architecture with
-`-cubin -O3 -std=c++17 -lineinfo -Xptxas -v`, the ABI header's folder and (when it exists) the
-translators' include folder on the include path. Fast math is OFF by default: `--use_fast_math`
+`-cubin -O3 -std=c++17 -lineinfo -Xptxas -v`, the ABI header's folder and (when they exist) the
+translators' shared include folder and each translator backend's on the include path. Fast math is OFF by default: `--use_fast_math`
 turns expf/tanhf/divisions into approximate forms (ex2.approx, rcp.approx, flush-to-zero) that move
 results by a few ulp and change how denormals and huge softcap arguments behave; correctness comes
 first, so a translator that wants it passes `options=["--use_fast_math"]` (it is then part of the
@@ -22,6 +22,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -34,6 +35,7 @@ from pydantic import BaseModel, Field
 
 from flashgen.abi import ABI_HEADER
 from flashgen.errors import FlashgenError, UsageError, join_lines_capped
+from flashgen.targets import TARGETS, gencode_flags
 from flashgen.harness.ptxas import (
     CompileError,
     ResourceUsage,
@@ -48,15 +50,10 @@ __all__ = ["ARCH_FLAGS", "CompileError", "CompileResult", "CompilerNotFound", "R
 CACHE_FORMAT = 1
 LOG_LIMIT = 4096
 
+# The archs compile_cuda builds for (sm_90a: wgmma and setmaxnreg exist only in the arch-specific target); the flags
+# are flashgen.targets.gencode_flags, which a translator backend's nvcc_flags(target) also gives.
 ARCH_FLAGS: dict[str, tuple[str, ...]] = {
-    "sm_75": ("-gencode=arch=compute_75,code=sm_75",),
-    "sm_80": ("-gencode=arch=compute_80,code=sm_80",),
-    "sm_86": ("-gencode=arch=compute_86,code=sm_86",),
-    "sm_89": ("-gencode=arch=compute_89,code=sm_89",),
-    "sm_90": ("-gencode=arch=compute_90,code=sm_90",),
-    # wgmma and setmaxnreg exist only in the arch-specific target
-    "sm_90a": ("-gencode=arch=compute_90a,code=sm_90a",),
-}
+    arch: gencode_flags(arch) for arch in ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")}
 # -keep leaves the PTX in the work folder, so ptxas errors can be traced to source lines.
 BASE_FLAGS: tuple[str, ...] = ("-cubin", "-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v", "-keep")
 
@@ -67,6 +64,8 @@ _FORBIDDEN_OPTIONS = ("-o", "--output-file", "-odir", "--output-directory", "-ar
                       "--keep", "-keep-dir", "--keep-dir", "-c", "--compile", "-lib", "-link", "-dryrun", "--dryrun")
 
 TRANSLATORS_INCLUDE = Path(__file__).resolve().parents[1] / "translators" / "include"
+# each translator backend's arch headers: translators/backends/<name>/include/flashgen/*.cuh
+BACKEND_INCLUDES = Path(__file__).resolve().parents[1] / "translators" / "backends"
 
 
 class CompilerNotFound(FlashgenError):
@@ -124,6 +123,7 @@ def include_dirs() -> list[Path]:
     dirs = [ABI_HEADER.parent.resolve()]
     if TRANSLATORS_INCLUDE.is_dir():
         dirs.append(TRANSLATORS_INCLUDE)
+    dirs += sorted(p for p in BACKEND_INCLUDES.glob("*/include") if p.is_dir())
     return dirs
 
 
@@ -242,6 +242,19 @@ def _run(cmd: list[str], cwd: str, timeout_s: float) -> tuple[int | None, str]:
         return None, (out or b"").decode("utf-8", "replace")
 
 
+# Instructions that exist only in an arch-specific target (wgmma, setmaxnreg: sm_90a). A source that uses them is
+# built for that target where the plain arch is asked for (the GPU is the same; the plain target rejects them).
+FEATURE_ARCH: dict[str, str] = {t.arch: t.feature_arch for t in TARGETS.values() if t.feature_arch}
+_FEATURE_INSTRUCTIONS = re.compile(r"\b(?:wgmma|setmaxnreg)\b")
+
+
+def build_arch(source: str, arch: str) -> str:
+    """The nvcc target `source` is built for when `arch` is asked for: arch's feature target where the source uses
+    its instructions, else arch."""
+    feature = FEATURE_ARCH.get(arch)
+    return feature if feature and _FEATURE_INSTRUCTIONS.search(source) else arch
+
+
 def compile_cuda(source: str, arch: str, *, options: Sequence[str] = (), timeout_s: float = 180,
                  cache_dir: Path | None = None, filename: str = "kernel.cu") -> CompileResult:
     """Compile `source` for `arch` (sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a) to a cubin.
@@ -252,6 +265,7 @@ def compile_cuda(source: str, arch: str, *, options: Sequence[str] = (), timeout
         raise UsageError(f"unknown arch {arch!r}; expected one of {', '.join(ARCH_FLAGS)}")
     if not isinstance(source, str) or not source.strip():
         raise UsageError("empty CUDA source")
+    arch = build_arch(source, arch)
     if "/" in filename or not filename.endswith(".cu"):
         raise UsageError(f"source file name {filename!r} must be a plain NAME.cu")
     opts = _check_options(options)

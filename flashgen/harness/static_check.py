@@ -275,8 +275,9 @@ def _check_entries(code: str, no_comments: str, manifest: KernelManifest | None)
         if name not in conforming:
             issues.append(StaticIssue(line=line, rule="entry-signature",
                                       message=f'kernel {name}: entry points must be exactly extern "C" __global__ '
-                                              f"void {name}(const FlashgenAttnParams p) (__launch_bounds__(...) may "
-                                              "come before or after void)"))
+                                              f"void {name}(const FlashgenAttnParams p), Hopper TMA kernels "
+                                              "(const FlashgenAttnParams p, const __grid_constant__ FlashgenTensorMaps "
+                                              "maps) (__launch_bounds__(...) may come before or after void)"))
     if re.search(r"\bstruct\s+FlashgenAttnParams\s*\{", code):
         m = re.search(r"\bstruct\s+FlashgenAttnParams\s*\{", code)
         issues.append(StaticIssue(line=_line_of(code, m.start()), rule="abi",
@@ -295,6 +296,13 @@ def _check_entries(code: str, no_comments: str, manifest: KernelManifest | None)
                                                   f"__global__ {launch.kernel}"))
                 continue
             signature = conforming.get(launch.kernel)
+            takes_maps = bool(signature and "FlashgenTensorMaps" in signature)
+            if signature and takes_maps != bool(manifest.tensor_maps):
+                issues.append(StaticIssue(line=None, rule="manifest",
+                                          message=f"kernel {launch.kernel}: the manifest lists "
+                                                  f"{len(manifest.tensor_maps)} tensor maps but the entry "
+                                                  f"{'takes' if takes_maps else 'does not take'} a "
+                                                  "FlashgenTensorMaps parameter; both or neither"))
             bounds = re.search(r"__launch_bounds__\(\s*(\d+)\s*[,)]", signature or "")
             if bounds and int(bounds.group(1)) < launch.threads:
                 issues.append(StaticIssue(line=None, rule="manifest",

@@ -54,9 +54,12 @@ SUMMARY_BASELINES = ("sdpa_flash", "sdpa_cudnn")
 # ---------------------------------------------------------------------------------------------
 
 def code_path(arch: str) -> str:
-    """The translator's code path for an arch: sm_75 has its own; sm_80..sm_90 share the sm_80 one
-    (flashgen.translators.plan: "sm_86/89/90 use the sm_80 code path")."""
-    return "sm_75" if arch == "sm_75" else "sm_80"
+    """The translator's code path for an arch, named by the first arch its backend serves (sm_75 has its own;
+    sm_80..sm_90 share the sm_80 one): flashgen.translators.backends.backend_for decides."""
+    from flashgen.targets import resolve_target
+    from flashgen.translators.backends import backend_for
+
+    return backend_for(resolve_target(arch)).archs[0]
 
 
 def translation_target(gpu: str, arch_override: str | None = None):
@@ -64,29 +67,32 @@ def translation_target(gpu: str, arch_override: str | None = None):
     names the code path the GPU already takes (sm_80 on an H200: what `flashgen generate --gpu h200`
     builds), else the first known target of that arch (sm_75 -> t4), so that another code path can be
     built and then compiled for the GPU present."""
-    from flashgen.targets import TARGETS, get_target
+    from flashgen.targets import get_target, resolve_target
 
     own = get_target(gpu)
-    if arch_override is None or code_path(arch_override) == code_path(own.arch) and arch_override in ARCH_PATHS:
+    if arch_override is None or arch_override in ARCH_PATHS and code_path(arch_override) == code_path(own.arch):
         return own
-    for target in TARGETS.values():
-        if target.arch == arch_override:
-            return target
-    raise UsageError(f"no known target has arch {arch_override!r}; known paths: {', '.join(ARCH_PATHS)}")
+    try:
+        return resolve_target(arch_override)
+    except UsageError:
+        raise UsageError(f"no known target has arch {arch_override!r}; known paths: {', '.join(ARCH_PATHS)}") from None
 
 
 def build_expert_kernel(gpu: str, dtype: DType | str, variant: Variant, head_dim: int,
                         arch_override: str | None = None, env=None) -> tuple[str, KernelManifest, str]:
     """(CUDA source, manifest, full TL) of the expert's kernel: the library's full program with the
     first `choose_params` candidate, through the reference translator (what the expert provider answers
-    on its first try). Raises FlashgenError (one line) for a combination the translator cannot build."""
-    from flashgen.agent.environment import Environment
+    on its first try). Raises FlashgenError (one line) for a combination the translator cannot build.
+    The first candidate is flashgen.translators.params' choice, asked for alone: the CPU screen of the whole
+    search space behind the other candidates takes seconds a kernel, and only the expert's later tries need it."""
+    from flashgen.harness.environment import Environment
+    from flashgen.translators.params import choose_params
 
     env = env or Environment()
     dtype = DType(getattr(dtype, "value", dtype))
     target = translation_target(gpu, arch_override)
     env.check_supported(variant, target, dtype, head_dim)
-    params = env.choose_params(variant, target, dtype, head_dim)[0]
+    params = dict(choose_params(variant, target.name, dtype, head_dim))
     tl = env.library_tl(variant, target, dtype, head_dim, form="full", params=params)
     source, manifest = env.translate(tl, target)
     return source, manifest, tl
@@ -148,7 +154,7 @@ def _row_words(dtype: DType, variant: Variant, shape: Shape) -> set[str]:
 def build_suite_kernels(gpu: str, rows: list[tuple[DType, Variant, Shape]], arch_path: str | None = None
                         ) -> list[SuiteKernel]:
     """One kernel per (dtype, variant, head dim) of the rows; a failed build is recorded, not raised."""
-    from flashgen.agent.environment import Environment
+    from flashgen.harness.environment import Environment
 
     env = Environment()
     kernels: dict[tuple[str, str, int], SuiteKernel] = {}

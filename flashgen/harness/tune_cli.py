@@ -4,7 +4,7 @@ Without a GPU it lists the candidates that pass the CPU filters (TL checker budg
 limits), in the search's order, with the occupancy model's estimates and a roofline lower bound per
 candidate, says that timing needs a GPU, and exits 0 (the listing is the answer a CPU can give; --write
 without a GPU is an error, exit 2, since nothing was measured). With a GPU it compiles (dropping real spills),
-verifies and times them (flashgen.translators.search.search) and, with --write, stores the winner in
+verifies and times them (flashgen.harness.tune.search) and, with --write, stores the winner in
 flashgen/translators/tuned/<gpu>.json, which choose_params reads first.
 
 The GPU path ran on an H200 (`--limit 3`, bf16 d128 non-causal: of three candidates two were verified and
@@ -22,7 +22,7 @@ from rich.table import Table
 
 from flashgen import variant_options as opts
 from flashgen.errors import UsageError
-from flashgen.variant import DType, Shape, Variant
+from flashgen.variant import DType, Shape, Variant, parse_dtype
 
 # the interpreter counts work at this small size for the per-candidate roofline (the full benchmark size
 # takes seconds per candidate); tile waste and K/V re-reads already show there
@@ -89,7 +89,6 @@ def register(app: typer.Typer) -> None:
         json_out: Path | None = typer.Option(None, "--json", help="also write the whole search result here"),
     ) -> None:
         """Choose tile parameters: CPU filters and a listing without a GPU, a timed search with one."""
-        from flashgen.api import parse_dtype
         from flashgen.harness.worker import have_gpu
         from flashgen.translators.params import choose_params_with_source
         from flashgen.translators.search import resolve_target, screen_candidates
@@ -101,13 +100,13 @@ def register(app: typer.Typer) -> None:
                                             kv_heads=kv_heads, heads=heads, kv_group=kv_group, norm=norm, lse=lse)
         dt = parse_dtype(dtype)
         target = resolve_target(gpu)
-        from flashgen.translators.plan import SUPPORTED_HEAD_DIMS
+        from flashgen.translators.backends import backend_for
 
-        if head_dim not in SUPPORTED_HEAD_DIMS:
-            raise UsageError(f"head dim {head_dim} is not supported; supported: "
-                             f"{', '.join(map(str, SUPPORTED_HEAD_DIMS))}")
+        head_dims = backend_for(target).head_dims
+        if head_dim not in head_dims:
+            raise UsageError(f"head dim {head_dim} is not supported; supported: {', '.join(map(str, head_dims))}")
         timed_shapes = parse_shape_list(shapes, head_dim, variant) if shapes else default_shapes(variant, head_dim)
-        choice = choose_params_with_source(variant, target.name, dt, head_dim)
+        choice = choose_params_with_source(variant, target, dt, head_dim)
         title = f"{variant.name} {dt.value} d{head_dim} on {target.name} ({target.arch})"
         console.print(f"today's choice for {escape(title)}: {_label(choice.params)} from {choice.source} "
                       f"({escape(choice.detail)})", highlight=False)
@@ -140,7 +139,7 @@ def register(app: typer.Typer) -> None:
                           "(nothing was written)", highlight=False)
             return
 
-        from flashgen.translators.search import GpuTimer, record_winner, search
+        from flashgen.harness.tune import GpuTimer, record_winner, search
 
         timer = GpuTimer(min_time_s=min_time)
         try:

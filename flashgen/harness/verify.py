@@ -367,9 +367,9 @@ class _DeviceCase:
 
 def verify_kernel(kernel, cases: list[CheckCase] | None = None, seed: int | None = None, runs_per_case: int = 2,
                   stop_after_failures: int = 3) -> VerifyReport:
-    """Compile (if needed), load and check `kernel` (a worker.KernelInput) on every case; needs a GPU.
+    """Compile (if needed), load and check `kernel` (a device.KernelInput) on every case; needs a GPU.
     A CUDA error raises KernelRunError naming the kernel and case (the worker turns it into a failed result)."""
-    from flashgen.harness.worker import (
+    from flashgen.harness.device import (
         CompileFailed,
         KernelRunError,
         _cupy,

@@ -1,4 +1,4 @@
-// The contract between a generated kernel and the harness that runs it (docs/kernel-abi.md).
+// The contract between a generated kernel and the harness that runs it (flashgen/abi.py).
 // Every entry point is `extern "C" __global__ void NAME(const FlashgenAttnParams p)`.
 // Strides are in elements; the last (head-dim) axis of every tensor is contiguous.
 #pragma once
@@ -18,4 +18,15 @@ struct FlashgenAttnParams {
   int batch, heads, kv_heads, seqlen_q, seqlen_k;
   int num_splits;  // split-KV decode: KV chunks per (b, h); 1 otherwise
   float scale;     // multiplies q.k (1/sqrt(D) by default)
+};
+
+// Hopper kernels (the sm90 backend) take a second parameter: the TMA tensor maps of Q, K, V and O, encoded by the
+// harness (flashgen.harness.tensormaps, cuTensorMapEncodeTiled) as the manifest's `tensor_maps` ask, and passed
+// by value as `const __grid_constant__ FlashgenTensorMaps`. Each is the driver's 128-byte, 64-byte-aligned
+// CUtensorMap, opaque here; a map the manifest does not ask for is zeros.
+struct alignas(64) FlashgenTensorMap {
+  unsigned long long opaque[16];
+};
+struct FlashgenTensorMaps {
+  FlashgenTensorMap q, k, v, o;
 };

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from flashgen import operators
 from flashgen.variant import DType, Variant
 
 
@@ -92,17 +93,12 @@ class Call(Node):
 
 Expr = Annotated[Num | Name | Unary | Binary | Call, Field(discriminator="kind")]
 
-#: builtin functions -> number of arguments. Elementwise unless noted.
-FUNCTIONS: dict[str, int] = {
-    "where": 3,  # where(cond, a, b)
-    "max": 2, "min": 2,
-    "exp": 1, "exp2": 1, "log": 1, "log2": 1, "tanh": 1, "abs": 1, "relu": 1, "sigmoid": 1, "sqrt": 1,
-    "rowmax": 1, "rowsum": 1,  # reduce a [rows, cols] tile over its columns -> [rows]
-    "cdiv": 2,  # ceil(a / b) on integers (index arithmetic)
-}
+#: builtin functions -> number of arguments (what each means: flashgen.operators). Elementwise unless noted:
+#: rowmax and rowsum reduce a [rows, cols] tile over its columns -> [rows]; cdiv is ceil(a / b) on integers
+FUNCTIONS: dict[str, int] = {f.name: f.arity for f in operators.FUNCTIONS.values()}
 #: functions that count as special-function-unit (transcendental) ops
-SFU_FUNCTIONS = frozenset({"exp", "exp2", "log", "log2", "tanh", "sigmoid", "sqrt"})
-REDUCTIONS = frozenset({"rowmax", "rowsum"})
+SFU_FUNCTIONS = frozenset(f.name for f in operators.FUNCTIONS.values() if f.sfu)
+REDUCTIONS = frozenset(f.name for f in operators.FUNCTIONS.values() if f.reduction)
 
 #: runtime sizes: batch, heads, kv heads, query length, key length, head dim, H // KVH
 SIZE_NAMES = ("B", "H", "KVH", "N", "M", "D", "KV_GROUP")

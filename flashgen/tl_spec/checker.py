@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from flashgen import operators
 from flashgen.targets import tensor_cores_take
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.diagnostics import Diagnostic
@@ -98,36 +99,23 @@ class _Checker:
             return sym.probe[which]
         if isinstance(expr, ast.Unary):
             v = self.probe(expr.operand, which, node)
-            return None if v is None else (-v if expr.op == "-" else (not v))
+            return None if v is None else operators.UNARY[expr.op].scalar(v)
         if isinstance(expr, ast.Binary):
             a, b = self.probe(expr.left, which, node), self.probe(expr.right, which, node)
             if a is None or b is None:
                 return None
             try:
-                return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b,
-                        "//": lambda: a // b, "%": lambda: a % b, "<": lambda: a < b, "<=": lambda: a <= b,
-                        ">": lambda: a > b, ">=": lambda: a >= b, "==": lambda: a == b, "!=": lambda: a != b,
-                        "and": lambda: a and b, "or": lambda: a or b}[expr.op]()
+                return operators.BINARY[expr.op].scalar(a, b)
             except (ZeroDivisionError, OverflowError):
                 return None
         if isinstance(expr, ast.Call):
             args = [self.probe(a, which, node) for a in expr.args]
-            if any(a is None for a in args):
+            func = operators.FUNCTIONS.get(expr.func)
+            if any(a is None for a in args) or func is None or func.scalar is None or len(args) != func.arity:
                 return None
-            f = expr.func
             try:
-                if f == "cdiv":
-                    return -(-args[0] // args[1])
-                if f in ("max", "min"):
-                    return (max if f == "max" else min)(args)
-                if f == "where":
-                    return args[1] if args[0] else args[2]
-                if f == "abs":
-                    return abs(args[0])
-                if f in ("exp", "exp2", "log", "log2", "tanh", "sqrt"):
-                    return {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "log2": math.log2,
-                            "tanh": math.tanh, "sqrt": math.sqrt}[f](args[0])
-            except (ValueError, ZeroDivisionError, OverflowError):
+                return func.scalar(*args)
+            except (TypeError, ValueError, ZeroDivisionError, OverflowError):
                 return None
         return None
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from flashgen import operators
 from flashgen.errors import UsageError
 from flashgen.reference import attention, random_inputs
 from flashgen.roofline import OpCounts
@@ -167,8 +168,7 @@ class _Run:
         if isinstance(expr, ast.Name):
             return self._name(expr, rank, coords)
         if isinstance(expr, ast.Unary):
-            v = self.eval(expr.operand, rank, node, coords)
-            return np.logical_not(v) if expr.op == "not" else -v
+            return UNARY_OPS[expr.op](self.eval(expr.operand, rank, node, coords))
         if isinstance(expr, ast.Binary):
             a = self.eval(expr.left, rank, node, coords)
             b = self.eval(expr.right, rank, node, coords)
@@ -222,8 +222,6 @@ class _Run:
             red = arg.max(axis=2) if f == "rowmax" else arg.sum(axis=2)
             return red if rank == 1 else red[:, :, None]
         args = [self.eval(a, rank, node, coords) for a in expr.args]
-        if f == "cdiv":
-            return -(-args[0] // args[1])
         return FUNCTIONS[f](*args)
 
     # ------------------------------------------------------------------ kernels
@@ -555,29 +553,10 @@ class _Run:
         dst.rows, dst.cols, dst.is_accumulator = src.rows, src.cols, False
 
 
-def _safe_div(a: Any, b: Any) -> Any:
-    with np.errstate(all="ignore"):
-        return np.true_divide(a, b)
-
-
-BINARY_OPS = {
-    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": _safe_div,
-    "//": lambda a, b: np.floor_divide(a, b), "%": lambda a, b: np.mod(a, b),
-    "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
-    "and": np.logical_and, "or": np.logical_or,
-}
-
-
-def _sigmoid(x: Any) -> Any:
-    with np.errstate(all="ignore"):
-        return 1.0 / (1.0 + np.exp(-x))
-
-
-FUNCTIONS = {
-    "where": lambda c, a, b: np.where(c, a, b), "max": np.maximum, "min": np.minimum, "exp": np.exp,
-    "exp2": np.exp2, "log": np.log, "log2": np.log2, "tanh": np.tanh, "abs": np.abs,
-    "relu": lambda x: np.maximum(x, 0.0), "sigmoid": _sigmoid, "sqrt": np.sqrt,
-}
+# what each operator and elementwise function does to tiles: flashgen.operators' numpy column
+BINARY_OPS = {op.symbol: op.array for op in operators.BINARY.values()}
+UNARY_OPS = {op.symbol: op.array for op in operators.UNARY.values()}
+FUNCTIONS = {f.name: f.array for f in operators.FUNCTIONS.values() if f.array is not None}
 
 
 def _runnable(program: ast.Program) -> None:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from flashgen import operators
 from flashgen.tl_spec import ast
 from flashgen.variant import Norm, Variant
 
 INDENT = "  "
 
-# binding strength: higher binds tighter
-_PREC = {"or": 1, "and": 2, "not": 3, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
-         "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6, "neg": 7}
+# binding strength (flashgen.operators): higher binds tighter; "neg" is unary minus
+_PREC = {**{op.symbol: op.precedence for op in operators.BINARY.values()}, "not": operators.UNARY["not"].precedence,
+         "neg": operators.UNARY["-"].precedence}
 _ATOM = 8
 
 

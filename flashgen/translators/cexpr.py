@@ -7,8 +7,9 @@ Three pieces, all over `flashgen.tl_spec.ast` expressions:
   floor division/modulo on ints (plain C `/` `%` only where both operands are provably >= 0),
   `where` becomes a ternary, `-inf` becomes `-INFINITY`, constant subtrees are folded (float64, then
   one rounding to an fp32 literal). Names map to C through `env` (a `CEnv`).
-- `evaluate(expr, values)`: numpy evaluation with the interpreter's own operator tables, so that the
-  interpreter, the algebra below and the compiled C can be compared (tests do).
+- `evaluate(expr, values)`: numpy evaluation with the interpreter's own operator table (flashgen.operators,
+  which also gives the C spellings below), so that the interpreter, the algebra below and the compiled C can
+  be compared (tests do).
 - `Poly`: a sum of monomials (numeric coefficient times a product of atoms with integer exponents).
   The lowering uses it to substitute the unscaled score, cancel `scale`, divide out the log2(e) units of
   the online softmax, and hoist block-invariant factors; `to_poly`/`from_poly` convert both ways.
@@ -23,6 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from flashgen import operators
 from flashgen.errors import FlashgenError
 from flashgen.tl_spec import ast
 
@@ -68,17 +70,10 @@ class CEnv:
 
 # --------------------------------------------------------------------------- evaluation (numpy)
 
-def _tables() -> tuple[dict, dict]:
-    # the interpreter's operator and function tables: one definition of what each TL operator means
-    from flashgen.tl_spec import interpreter
-
-    return interpreter.BINARY_OPS, interpreter.FUNCTIONS
-
-
 def evaluate(expr: Any, values: dict[str, Any]) -> Any:
-    """Evaluate a TL expression with numpy over `values` (arrays broadcast). rowmax/rowsum reduce the
-    last axis keeping it (so a (rows, 1) result broadcasts against (rows, cols) tiles)."""
-    binary, funcs = _tables()
+    """Evaluate a TL expression with numpy over `values` (arrays broadcast), each operator as
+    flashgen.operators (the interpreter's) defines it. rowmax/rowsum reduce the last axis keeping it (so a
+    (rows, 1) result broadcasts against (rows, cols) tiles)."""
     if isinstance(expr, ast.Num):
         return expr.value
     if isinstance(expr, ast.Name):
@@ -88,11 +83,10 @@ def evaluate(expr: Any, values: dict[str, Any]) -> Any:
             return ast.CONSTANTS[expr.id]
         raise KeyError(expr.id)
     if isinstance(expr, ast.Unary):
-        v = evaluate(expr.operand, values)
-        return np.logical_not(v) if expr.op == "not" else -v
+        return operators.UNARY[expr.op].array(evaluate(expr.operand, values))
     if isinstance(expr, ast.Binary):
         with np.errstate(all="ignore"):
-            return binary[expr.op](evaluate(expr.left, values), evaluate(expr.right, values))
+            return operators.BINARY[expr.op].array(evaluate(expr.left, values), evaluate(expr.right, values))
     if isinstance(expr, ast.Call):
         args = [evaluate(a, values) for a in expr.args]
         with np.errstate(all="ignore"):
@@ -100,24 +94,23 @@ def evaluate(expr: Any, values: dict[str, Any]) -> Any:
                 return np.max(args[0], axis=-1, keepdims=True)
             if expr.func == "rowsum":
                 return np.sum(args[0], axis=-1, keepdims=True)
-            if expr.func == "cdiv":
-                return -(-args[0] // args[1])
-            return funcs[expr.func](*args)
+            return operators.FUNCTIONS[expr.func].array(*args)
     raise TypeError(f"not an expression: {type(expr).__name__}")
 
 
 # --------------------------------------------------------------------------- C emission
 
-# C binding strength (higher binds tighter)
-_P_TERNARY, _P_OR, _P_AND, _P_EQ, _P_REL, _P_ADD, _P_MUL, _P_UNARY, _P_ATOM = range(1, 10)
-_C_BINARY = {"+": ("+", _P_ADD), "-": ("-", _P_ADD), "*": ("*", _P_MUL), "<": ("<", _P_REL), "<=": ("<=", _P_REL),
-             ">": (">", _P_REL), ">=": (">=", _P_REL), "==": ("==", _P_EQ), "!=": ("!=", _P_EQ),
-             "and": ("&&", _P_AND), "or": ("||", _P_OR)}
-_FLOAT_FUNCS = {"exp": ("expf", "__expf"), "exp2": ("exp2f", "exp2f"), "log": ("logf", "__logf"),
-                "log2": ("log2f", "log2f"), "tanh": ("tanhf", "tanhf"), "sqrt": ("sqrtf", "sqrtf")}
-SUPPORTED_FUNCTIONS = ("where", "max", "min", "abs", "relu", "sigmoid", "exp", "exp2", "log", "log2", "tanh",
-                       "sqrt", "cdiv")
-SUPPORTED_OPERATORS = ("+", "-", "*", "/", "//", "%", "<", "<=", ">", ">=", "==", "!=", "and", "or", "not")
+# C binding strength (higher binds tighter) and spellings: flashgen.operators
+_P_TERNARY, _P_OR, _P_AND, _P_EQ, _P_REL, _P_ADD, _P_MUL, _P_UNARY, _P_ATOM = (
+    operators.C_TERNARY, operators.C_OR, operators.C_AND, operators.C_EQ, operators.C_REL, operators.C_ADD,
+    operators.C_MUL, operators.C_UNARY, operators.C_ATOM)
+# the operators whose C operator means the same (`/` on floats only); // and % have their own rule
+_C_BINARY = {op.symbol: (op.c, op.c_precedence) for op in operators.BINARY.values() if op.c is not None}
+_C_UNARY = {op.symbol: op.c for op in operators.UNARY.values()}
+_FLOAT_FUNCS = {f.name: f.c_float for f in operators.FUNCTIONS.values() if f.c_float is not None}
+# every function but the row reductions (those only inside the recognised softmax normalization)
+SUPPORTED_FUNCTIONS = tuple(f.name for f in operators.FUNCTIONS.values() if not f.reduction)
+SUPPORTED_OPERATORS = (*operators.BINARY, *(s for s in operators.UNARY if s not in operators.BINARY))
 
 
 @dataclass
@@ -214,12 +207,12 @@ class _Compiler:
         if e.op == "not":
             if a.value is not None:
                 return _literal(not a.value, "bool")
-            return _C(f"!{a.at(_P_UNARY)}", _P_UNARY, "bool")
+            return _C(f"{_C_UNARY['not']}{a.at(_P_UNARY)}", _P_UNARY, "bool")
         if a.ctype == "bool":
             raise CExprError("negating a condition: use `not`", e)
         if a.value is not None:
             return _literal(-a.value, a.ctype)
-        return _C(f"-{a.at(_P_UNARY)}", _P_UNARY, a.ctype)
+        return _C(f"{_C_UNARY['-']}{a.at(_P_UNARY)}", _P_UNARY, a.ctype)
 
     def fold(self, e: Any, parts: list[_C]) -> _C | None:
         if any(p.value is None for p in parts):
@@ -257,7 +250,8 @@ class _Compiler:
         if op in ("//", "%"):
             return self.int_division(e, a, b)
         if op == "/":
-            return _C(f"{a.as_float(_P_MUL)} / {b.as_float(_P_UNARY)}", _P_MUL, "float")
+            sym, prec = _C_BINARY[op]
+            return _C(f"{a.as_float(prec)} {sym} {b.as_float(_P_UNARY)}", prec, "float")
         sym, prec = _C_BINARY[op]
         both_int = a.ctype == b.ctype == "int"
         rhs_prec = prec + 1  # left-associative: an equal-strength right operand needs parentheses

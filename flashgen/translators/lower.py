@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict
 
 from flashgen.abi import KernelManifest
 from flashgen.errors import UsageError
-from flashgen.targets import tensor_cores_take
+from flashgen.targets import Target, resolve_target
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.printer import format_expr, format_program
 from flashgen.translators.cexpr import (
@@ -52,8 +52,8 @@ from flashgen.translators.cexpr import (
     substitute,
     to_poly,
 )
+from flashgen.translators.backends import backend_for, get_backend
 from flashgen.translators.plan import (
-    SUPPORTED_HEAD_DIMS,
     KernelPlan,
     Normalization,
     NormKind,
@@ -222,9 +222,17 @@ SCORE = "__S"
 @dataclass
 class _Lowering:
     program: ast.Program
-    arch: str
+    target: Target
     fast_math: bool = False
+    backend_name: str | None = None  # a code path other than the target's choice (sm80 on an H200, to compare)
     notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.arch = self.target.arch
+        # the one choice of the code path, carried in the plan (refined in run() once the dtype and variant are known)
+        self.backend = get_backend(self.backend_name) if self.backend_name else backend_for(self.target)
+        if not self.backend.supports(self.target):
+            raise UnsupportedConstruct(f"the {self.backend.name} path does not translate for {self.target.name}")
 
     # ------------------------------------------------------------------ errors
     def fail(self, node: Any, message: str) -> UnsupportedConstruct:
@@ -244,15 +252,23 @@ class _Lowering:
         self.variant = prog.variant
         decl = prog.target
         assert decl is not None
-        if decl.head_dim not in SUPPORTED_HEAD_DIMS:
+        if decl.head_dim not in self.backend.head_dims:
             raise self.fail(decl, f"head_dim {decl.head_dim} is not supported by the {self.arch} translator "
-                                  f"(supported: {', '.join(map(str, SUPPORTED_HEAD_DIMS))})")
+                                  f"(supported: {', '.join(map(str, self.backend.head_dims))})")
         if decl.accum.value != "fp32":
             raise self.fail(decl, f"accum {decl.accum.value} is not supported by the {self.arch} translator "
                                   "(supported: fp32)")
         if decl.arch != self.arch:
             self.notes.append(f"the program was written for {decl.arch}; translated for {self.arch}")
         self.dtype, self.head_dim = decl.dtype, decl.head_dim
+        chosen = backend_for(self.target, self.variant, self.dtype) if not self.backend_name else self.backend
+        if not chosen.accepts(self.variant, self.dtype):
+            raise self.fail(decl, f"the {chosen.name} path does not take {self.dtype.value}"
+                                  f"{' split-KV' if self.variant.split_kv else ''}")
+        if chosen is not self.backend:
+            self.notes.append(f"{self.dtype.value}{' split-KV' if self.variant.split_kv else ''} on {self.arch}: the "
+                              f"{self.backend.name} path does not take it; translated by the {chosen.name} path")
+            self.backend = chosen
         self.params = dict(prog.params)
         self.shapes = {s.name: len(s.shape or []) for s in prog.statements() if isinstance(s, ast.Allocate)}
         self.levels = {s.name: s.level for s in prog.statements() if isinstance(s, ast.Allocate)}
@@ -428,7 +444,7 @@ class _Lowering:
         if s.scaled_to.value != "fp16" or self.dtype.value not in ("bf16", "fp32"):
             raise self.fail(s, f"Copy of {s.src.name} {form} in a {self.dtype.value} program: the {self.arch} "
                                "translator converts only bf16/fp32 tiles to scaled fp16")
-        if tensor_cores_take(self.arch, self.dtype):
+        if self.backend.tensor_cores_take(self.target, self.dtype):
             raise self.fail(s, f"Copy of {s.src.name} {form}: the {self.arch} tensor cores take {self.dtype.value} "
                                f"tiles as they are; the {self.arch} translator does not convert them (drop {form} and "
                                f"keep the shared tile {self.dtype.value})")
@@ -1146,11 +1162,12 @@ class _Lowering:
     # ------------------------------------------------------------------ the plan
     def build_plan(self, name, mods, prologue, visible, mask_tile, norm, write_lse, begin, end) -> KernelPlan:
         from flashgen.translators.params import TILE_KEYS, choose_params
-        from flashgen.translators.render import max_stages
 
-        defaults = choose_params(self.variant, self.arch, self.dtype, self.head_dim)
+        # as before the backends: Params a program leaves out come from the tables or the model, not a tuned file
+        defaults = choose_params(self.variant, self.target, self.dtype, self.head_dim, tuned=False,
+                                 backend=self.backend.name)
         params = {**defaults, **{k: v for k, v in self.params.items() if k in TILE_KEYS}}
-        deepest = max_stages(self.arch)
+        deepest = self.backend.max_stages
         if not 1 <= params["STAGES"] <= deepest:
             self.notes.append(f"STAGES={params['STAGES']}: the {self.arch} translator buffers K and V at most "
                               f"{deepest} deep and uses STAGES={deepest}")
@@ -1165,7 +1182,8 @@ class _Lowering:
                                                   f"d{self.head_dim}_{self.arch}")
         try:
             return KernelPlan(
-                name=kernel_name, arch=self.arch, dtype=self.dtype, head_dim=self.head_dim,
+                name=kernel_name, arch=self.arch, target=self.target, backend=self.backend.name, dtype=self.dtype,
+                head_dim=self.head_dim,
                 **tile_fields(params, self.variant),
                 variant=self.variant.model_copy(update={"return_lse": write_lse})
                 if not self.variant.split_kv and write_lse != self.variant.return_lse else self.variant,
@@ -1186,35 +1204,22 @@ def _walk(stmts: list[Any]):
 
 # --------------------------------------------------------------------------- public API
 
-def _arch_of(target: Any) -> str:
-    from flashgen.translators.plan import ARCHES
-
-    if isinstance(target, str):
-        if target in ARCHES:
-            return target
-        from flashgen.targets import get_target
-
-        target = get_target(target)
-    arch = getattr(target, "arch", None)
-    if arch not in ARCHES:
-        raise UsageError(f"no translator for arch {arch!r}; known: {', '.join(ARCHES)}")
-    return arch
-
-
 def lower(program: ast.Program, target: Any, *, name: str | None = None,
-          fast_math: bool = False) -> tuple[KernelPlan, list[str]]:
+          fast_math: bool = False, backend: str | None = None) -> tuple[KernelPlan, list[str]]:
     """Full TL program -> (KernelPlan, notes). `target` is a flashgen.targets.Target, a GPU name or an
-    arch (sm_80). Raises UnsupportedConstruct naming the construct and its line."""
-    lowering = _Lowering(program, _arch_of(target), fast_math=fast_math)
+    arch (sm_80: the first known GPU of it). Raises UnsupportedConstruct naming the construct and its line."""
+    lowering = _Lowering(program, resolve_target(target), fast_math=fast_math, backend_name=backend)
     plan = lowering.run(name)
     return plan, lowering.notes
 
 
-def translate(program: ast.Program, target: Any, *, name: str | None = None, fast_math: bool = False) -> Translation:
-    """Full TL program -> CUDA source + KernelManifest (+ the plan and notes)."""
+def translate(program: ast.Program, target: Any, *, name: str | None = None, fast_math: bool = False,
+              backend: str | None = None) -> Translation:
+    """Full TL program -> CUDA source + KernelManifest (+ the plan and notes). `backend` names a code path other
+    than the target's own choice (flashgen.translators.backends)."""
     from flashgen.translators.render import render
 
-    plan, notes = lower(program, target, name=name, fast_math=fast_math)
+    plan, notes = lower(program, target, name=name, fast_math=fast_math, backend=backend)
     try:
         source, manifest = render(plan)
     except UsageError as exc:

@@ -2,12 +2,13 @@
 dtype, head dim and variant.
 
 Sources, in order: a tuned file (flashgen/translators/tuned/<gpu>.json, written by `flashgen tune --write`
-after a timed search on that GPU, keyed by dtype, variant and head dim); MEASURED, a committed table of values
-from manual sweeps on a GPU (keyed by arch, dtype, head dim and launch order); DEFAULTS, spill-checked starting
-points per arch family; GROUP_HEADS (the launch order) follows `default_group_heads` where a source is silent;
-otherwise a small model: candidates that fit the target's per-block shared memory
-and an estimated 255-register budget, scored by tensor-core work per shared-memory byte read (the mma.sync
-path is bound by ldmatrix traffic), by resident blocks per SM, and by tail waste of the key tile.
+after a timed search on that GPU, keyed by dtype, variant and head dim); the target's backend's `measured` table
+(values from manual sweeps on a GPU, keyed by arch, dtype, head dim and launch order); its `defaults`
+(spill-checked starting points, keyed by dtype and head dim); GROUP_HEADS (the launch order) follows
+`default_group_heads` where a source is silent; otherwise a small model: candidates that fit the target's per-block
+shared memory and an estimated 255-register budget, scored by tensor-core work per shared-memory byte read (the
+mma.sync path is bound by ldmatrix traffic), by resident blocks per SM (the target's shared memory per SM), and by
+tail waste of the key tile. The tables live in the backends (flashgen/translators/backends/<name>/__init__.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from flashgen.errors import UsageError
+from flashgen.targets import Target, resolve_target
+from flashgen.translators.backends import Backend, backend_for, get_backend
+from flashgen.translators.backends.base import tiles_bytes
+from flashgen.translators.plan import default_group_heads, launch_order
 from flashgen.variant import DType, Variant
 
 TUNED_DIR = Path(__file__).parent / "tuned"
@@ -26,61 +31,8 @@ TUNED_DIR = Path(__file__).parent / "tuned"
 # but it travels with them
 TILE_KEYS = ("BLOCK_M", "BLOCK_N", "WARPS", "STAGES", "Q_IN_REGS", "GROUP_HEADS")
 
-_P = lambda bm, bn, w, q, s=1: {"BLOCK_M": bm, "BLOCK_N": bn, "WARPS": w, "STAGES": s, "Q_IN_REGS": q}
-
-# (arch, dtype, head_dim, order) -> params, measured on a GPU of that arch (benchmarks/kernel_dev/NOTES.md has the
-# sweeps). order: "causal" (causal rows, window) or "full". Session 2 on the H200, bf16, N 512 / 2k / 8k, B*N = 16k,
-# geomean FLASH time / ours: d64 full 128x64w4q1s2 1.004; d64 causal 128x64w4q1s2g0 1.091; d128 full 128x64w4q0s2g2
-# 1.012 (128x128w8q1s1 0.916); d128 causal 128x64w4q0s1g0 1.099 (s2: 1.009 with g1). 128x64w4q0 holds 36 B of
-# loop-invariant values in local memory on sm_90 (3-5 LDL per key tile, L1 hits), which the timings include.
-MEASURED: dict[tuple[str, str, int, str], dict[str, int]] = {
-    **{("sm_90", dt, 64, "full"): {**_P(128, 64, 4, 1, 2), "GROUP_HEADS": 1} for dt in ("fp16", "bf16")},
-    **{("sm_90", dt, 64, "causal"): {**_P(128, 64, 4, 1, 2), "GROUP_HEADS": 0} for dt in ("fp16", "bf16")},
-    **{("sm_90", dt, 128, "full"): {**_P(128, 64, 4, 0, 2), "GROUP_HEADS": 2} for dt in ("fp16", "bf16")},
-    **{("sm_90", dt, 128, "causal"): {**_P(128, 64, 4, 0, 1), "GROUP_HEADS": 0} for dt in ("fp16", "bf16")},
-}
-
-# Starting points where nothing was measured on the arch (A100, Ada, Turing): tiles checked spill-free with
-# `nvcc -Xptxas -v` for sm_80 (4 warps x 32 rows keep Q in registers at d64; 8 warps x 16 rows from d96 up keep
-# O + S under 255 registers). Keyed by arch family: "sm80" (sm_80 .. sm_90, the mma.sync path) or "sm75".
-DEFAULTS: dict[tuple[str, str, int], dict[str, int]] = {
-    **{("sm80", dt, 64): _P(128, 64, 4, 1, 2) for dt in ("fp16", "bf16")},  # STAGES=2 as measured on sm_90
-    **{("sm80", dt, 96): _P(128, 64, 8, 1) for dt in ("fp16", "bf16")},
-    **{("sm80", dt, 128): _P(128, 128, 8, 1) for dt in ("fp16", "bf16")},
-    **{("sm80", dt, 256): _P(128, 32, 8, 0) for dt in ("fp16", "bf16")},
-    ("sm80", "fp32", 64): _P(64, 64, 4, 0),
-    ("sm80", "fp32", 96): _P(64, 32, 4, 0),
-    ("sm80", "fp32", 128): _P(64, 32, 4, 0),
-    ("sm80", "fp32", 256): _P(64, 16, 4, 0),
-    # Turing: 64 KB of shared memory and the register-staged loads (a K or V tile in flight per thread)
-    **{("sm75", "fp16", d): _P(64, 64, 4, 1) for d in (64, 96)},
-    ("sm75", "fp16", 128): _P(64, 32, 4, 1),
-    ("sm75", "fp16", 256): _P(64, 16, 4, 0),
-    # bf16/fp32 on Turing use fp16 tiles too (scaled on the way in); fp32 stages twice the registers per tile
-    **{("sm75", dt, 64): _P(64, 64, 4, 1) for dt in ("bf16", "fp32")},
-    **{("sm75", dt, d): _P(64, 32, 4, 1) for dt in ("bf16", "fp32") for d in (96, 128)},
-    **{("sm75", dt, 256): _P(64, 16, 4, 0) for dt in ("bf16", "fp32")},
-}
-
 _REG_BUDGET = 255
 _REG_OVERHEAD = 48  # addresses, loop state, softmax statistics, ldmatrix operands
-
-
-def _family(arch: str) -> str:
-    return "sm75" if arch == "sm_75" else "sm80"
-
-
-def launch_order(variant: Variant) -> str:
-    """"causal" where query blocks differ in work (causal rows, windows; split-KV decode has its own grid), else
-    "full": the two want different launch orders (GROUP_HEADS)."""
-    return "causal" if variant.causal and not variant.split_kv else "full"
-
-
-def default_group_heads(variant: Variant) -> int:
-    """GROUP_HEADS when a table or a tuned file does not say: 1 for full rows (one head's query blocks back to back,
-    so K/V come from L2: +4% at d128 on the H200 against all heads interleaved), 0 for causal rows (every head's
-    longest blocks first: +4-7% against one head at a time, whose last heads' long blocks end the launch late)."""
-    return 0 if launch_order(variant) == "causal" else 1
 
 
 def _with_schedule(params: dict[str, int], variant: Variant) -> dict[str, int]:
@@ -96,8 +48,6 @@ def estimate_registers(block_m: int, block_n: int, warps: int, head_dim: int, q_
 
 
 def _smem(block_m: int, block_n: int, head_dim: int, itemsize: int, stages: int = 1) -> int:
-    from flashgen.translators.render import tiles_bytes
-
     return tiles_bytes(block_m, block_n, head_dim, itemsize, stages)
 
 
@@ -112,13 +62,14 @@ class ModelScore(BaseModel):
                          "occupancy")
 
 
-def model_score(arch: str, dtype: DType, head_dim: int, params: dict[str, int]) -> ModelScore:
-    from flashgen.translators.render import smem_itemsize, smem_limit
-
-    itemsize = smem_itemsize(arch, dtype)
+def model_score(target: Target | str, dtype: DType, head_dim: int, params: dict[str, int]) -> ModelScore:
+    """The occupancy model's view of `params` on `target` (a Target, GPU name or arch)."""
+    target = resolve_target(target)
+    backend = backend_for(target)
+    itemsize = backend.smem_itemsize(target, dtype)
     block_m, block_n, warps = int(params["BLOCK_M"]), int(params["BLOCK_N"]), int(params["WARPS"])
     q_in_regs = bool(params.get("Q_IN_REGS", 1))
-    smem_per_sm = {"sm_75": 64 << 10, "sm_86": 100 << 10, "sm_89": 100 << 10}.get(arch, 164 << 10)
+    smem_per_sm = backend.model_smem_per_sm(target)
     regs = estimate_registers(block_m, block_n, warps, head_dim, q_in_regs, itemsize)
     smem = _smem(block_m, block_n, head_dim, itemsize, int(params.get("STAGES", 1)))
     blocks = min(smem_per_sm // smem, 65536 // (max(regs, 64) * 32 * warps))
@@ -128,11 +79,12 @@ def model_score(arch: str, dtype: DType, head_dim: int, params: dict[str, int]) 
     bytes_read = (2 * block_n * head_dim + (0 if q_in_regs else rows_per_warp * head_dim)) * itemsize
     # fixed per-key-tile costs (two barriers, quad reductions, O rescale) amortize over block_n
     score = flops / bytes_read * block_n / (block_n + 48) * min(max(blocks, 0) * warps, 8) ** 0.25
-    fits = regs <= _REG_BUDGET and smem <= smem_limit(arch) and blocks >= 1
+    fits = regs <= _REG_BUDGET and smem <= backend.smem_limit(target) and blocks >= 1
     return ModelScore(registers=regs, smem_bytes=smem, blocks_per_sm=max(blocks, 0), fits=fits, score=score)
 
 
-def model_params(arch: str, dtype: DType, head_dim: int) -> dict[str, int]:
+def model_params(target: Target | str, dtype: DType, head_dim: int) -> dict[str, int]:
+    target = resolve_target(target)
     best: tuple[float, dict[str, int]] | None = None
     for warps in (4, 8):
         for rows_per_warp in (16, 32):
@@ -141,11 +93,11 @@ def model_params(arch: str, dtype: DType, head_dim: int) -> dict[str, int]:
                 for q_in_regs in (True, False):
                     params = {"BLOCK_M": block_m, "BLOCK_N": block_n, "WARPS": warps, "STAGES": 1,
                               "Q_IN_REGS": int(q_in_regs)}
-                    scored = model_score(arch, dtype, head_dim, params)
+                    scored = model_score(target, dtype, head_dim, params)
                     if scored.fits and (best is None or scored.score > best[0]):
                         best = (scored.score, params)
     if best is None:
-        raise UsageError(f"no tile configuration fits {arch} for {dtype.value} d{head_dim}")
+        raise UsageError(f"no tile configuration fits {target.arch} for {dtype.value} d{head_dim}")
     return best[1]
 
 
@@ -212,23 +164,30 @@ class ParamsChoice(BaseModel):
     detail: str = Field(description="where exactly, in words")
 
 
-def choose_params_with_source(variant: Variant, target: str, dtype: DType, head_dim: int, *,
-                               tuned_dir: Path | None = None) -> ParamsChoice:
-    """Tile parameters and where they came from. `target` is an arch (sm_80: no tuned file applies) or a
-    GPU name (h200: its tuned file is read first)."""
-    from flashgen.translators.render import smem_itemsize, smem_limit
+def _table_detail(backend: Backend, table: str, key: tuple) -> str:
+    # The label generated/*/meta.json and report.md record, kept as it was when the tables lived in this file (the
+    # DEFAULTS key then began with the backend's name): a truthful one, backend.source_label, changes every
+    # committed meta.json and report.md, which is a regeneration of its own.
+    legacy_key = (backend.name, *key) if table == "DEFAULTS" else key
+    return f"flashgen/translators/params.py {table}[{', '.join(map(str, legacy_key))}]"
 
-    gpu = None
-    arch = target
-    if not target.startswith("sm_"):
-        from flashgen.targets import get_target
 
-        resolved = get_target(target)
-        gpu, arch = resolved.name, resolved.arch
-    itemsize = smem_itemsize(arch, dtype)
+def choose_params_with_source(variant: Variant, target: Target | str, dtype: DType, head_dim: int, *,
+                               tuned_dir: Path | None = None, tuned: bool | None = None,
+                               backend: str | None = None) -> ParamsChoice:
+    """Tile parameters and where they came from. `target` is a Target or a GPU name (h200: its tuned file is read
+    first), or an arch (sm_80: the first known GPU of it, no tuned file). `tuned=False` skips the tuned file."""
+    if tuned is None:
+        tuned = not (isinstance(target, str) and target.startswith("sm_"))
+    target = resolve_target(target)
+    backend = get_backend(backend) if backend else backend_for(target, variant, dtype)
+    gpu, arch = (target.name if tuned else None), target.arch
+    dtype = DType(dtype)
+    itemsize = backend.smem_itemsize(target, dtype)
+    limit = backend.smem_limit(target)
 
     def fits(found: dict[str, int]) -> bool:
-        return _smem(found["BLOCK_M"], found["BLOCK_N"], head_dim, itemsize, found.get("STAGES", 1)) <= smem_limit(arch)
+        return _smem(found["BLOCK_M"], found["BLOCK_N"], head_dim, itemsize, found.get("STAGES", 1)) <= limit
 
     if gpu is not None:
         entry = load_tuned(gpu, tuned_dir).entries.get(tuned_key(dtype, variant, head_dim))
@@ -239,16 +198,23 @@ def choose_params_with_source(variant: Variant, target: str, dtype: DType, head_
                                 detail=f"{where} [{tuned_key(dtype, variant, head_dim)}]: {entry.geomean_ms:.4g} ms "
                                        f"geomean on {entry.gpu or gpu}, {entry.date}")
     order = launch_order(variant)
-    for source, table, key in (("measured", MEASURED, (arch, dtype.value, head_dim, order)),
-                               ("defaults", DEFAULTS, (_family(arch), dtype.value, head_dim))):
+    for source, table, key in (("measured", backend.measured, (arch, dtype.value, head_dim, order)),
+                               ("defaults", backend.defaults, (dtype.value, head_dim))):
         found = table.get(key)
         if found is not None and fits(found):
             return ParamsChoice(params=_with_schedule(found, variant), source=source,  # type: ignore[arg-type]
-                                detail=f"flashgen/translators/params.py {source.upper()}[{', '.join(map(str, key))}]")
-    return ParamsChoice(params=_with_schedule(model_params(arch, dtype, head_dim), variant), source="model",
+                                detail=_table_detail(backend, source.upper(), key))
+    return ParamsChoice(params=_with_schedule(model_params(target, dtype, head_dim), variant), source="model",
                         detail=f"flashgen.translators.params.model_params({arch}, {dtype.value}, d{head_dim})")
 
 
-def choose_params(variant: Variant, target: str, dtype: DType, head_dim: int) -> dict[str, int]:
-    """Tile parameters for a variant on a target. `target` is an arch (sm_80) or a GPU name (h200)."""
-    return choose_params_with_source(variant, target, dtype, head_dim).params
+def choose_params(variant: Variant, target: Target | str, dtype: DType, head_dim: int, *,
+                  tuned: bool | None = None, backend: str | None = None) -> dict[str, int]:
+    """Tile parameters for a variant on a target: a Target or GPU name (h200: its tuned file first) or an arch
+    (sm_80). `tuned=False` skips the tuned file; `backend` names another code path than the target's choice."""
+    return choose_params_with_source(variant, target, dtype, head_dim, tuned=tuned, backend=backend).params
+
+
+__all__ = ["TILE_KEYS", "ModelScore", "ParamsChoice", "TunedEntry", "TunedFile", "choose_params",
+           "choose_params_with_source", "default_group_heads", "estimate_registers", "launch_order", "load_tuned",
+           "model_params", "model_score", "save_tuned", "tuned_key", "tuned_path"]

@@ -2,9 +2,12 @@
 
 A plan is the meeting point of two producers and one consumer:
 - `flashgen.translators.lower` turns a full TL program into a plan (the paper's translation step);
-- `plan_for_variant` below builds the same plan directly from a `Variant` (the rule-based path,
-  used by tests and benchmarks, and reusable by `lower` for the expression pieces);
+- `flashgen.translators.rules.plan_for_variant` builds the same plan directly from a `Variant` (the
+  rule-based path, used by tests and benchmarks); the expression pieces below serve both;
 - `flashgen.translators.render.render(plan)` turns a plan into CUDA source + KernelManifest.
+A plan names its code path (`backend`, chosen once from the `target` by
+flashgen.translators.backends.backend_for) and carries the Target whose limits it was planned against.
+This module is the bottom of flashgen.translators: it imports no other translator module.
 
 The elementwise pieces are C expressions evaluated inside the kernel. The names they may use are
 fixed (see `EXPR_NAMES`); anything else must be a literal or be defined by a `Prologue` entry.
@@ -33,10 +36,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flashgen.errors import UsageError
+from flashgen.targets import Target
 from flashgen.variant import DType, Norm, Variant
 
 Arch = Literal["sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
 ARCHES: tuple[str, ...] = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
+#: the head dims the kernel skeleton implements (a backend's `head_dims` default; the one literal list)
 SUPPORTED_HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 256)
 
 EXPR_NAMES = frozenset({
@@ -98,7 +103,10 @@ class KernelPlan(BaseModel):
 
     name: str = Field(pattern=r"^[A-Za-z_]\w*$", description="entry symbol prefix; the split-KV combine "
                       "kernel is NAME_combine")
-    arch: Arch = Field(description="target compute capability; sm_86/89/90 use the sm_80 code path")
+    arch: Arch = Field(description="target compute capability (the target's arch)")
+    target: Target = Field(description="the GPU the plan was made for: its limits (shared memory, SMs) are the ones "
+                           "the plan is checked against")
+    backend: str = Field(description="the code path that renders it (flashgen.translators.backends: sm75, sm80)")
     dtype: DType = Field(description="element type of Q, K, V and O")
     head_dim: int = Field(description="D, one of SUPPORTED_HEAD_DIMS")
     block_m: int = Field(description="query rows per thread block (16 * warps * rows-tiles-per-warp)")
@@ -221,38 +229,22 @@ def normalization_for(variant: Variant) -> tuple[Normalization, list[Prologue]]:
             [Prologue(ctype="float", name="log_seqlen_k", expr="logf((float)seqlen_k)")])
 
 
+def launch_order(variant: Variant) -> str:
+    """"causal" where query blocks differ in work (causal rows, windows; split-KV decode has its own grid), else
+    "full": the two want different launch orders (GROUP_HEADS)."""
+    return "causal" if variant.causal and not variant.split_kv else "full"
+
+
+def default_group_heads(variant: Variant) -> int:
+    """GROUP_HEADS when a table or a tuned file does not say: 1 for full rows (one head's query blocks back to back,
+    so K/V come from L2: +4% at d128 on the H200 against all heads interleaved), 0 for causal rows (every head's
+    longest blocks first: +4-7% against one head at a time, whose last heads' long blocks end the launch late)."""
+    return 0 if launch_order(variant) == "causal" else 1
+
+
 def tile_fields(params: dict[str, int], variant: Variant) -> dict[str, Any]:
     """KernelPlan's fields from tile parameters (BLOCK_M, BLOCK_N, WARPS, STAGES; optional Q_IN_REGS and
     GROUP_HEADS, whose absence means Q in registers and the variant's default launch order)."""
-    from flashgen.translators.params import default_group_heads
-
     return dict(block_m=int(params["BLOCK_M"]), block_n=int(params["BLOCK_N"]), warps=int(params["WARPS"]),
                 stages=int(params["STAGES"]), q_in_regs=bool(params.get("Q_IN_REGS", 1)),
                 group_heads=int(params.get("GROUP_HEADS", default_group_heads(variant))))
-
-
-def plan_for_variant(variant: Variant, arch: str, dtype: DType, head_dim: int, *, name: str | None = None,
-                     params: dict[str, int] | None = None) -> KernelPlan:
-    """The plan the rule-based expert would write. `params` (BLOCK_M, BLOCK_N, WARPS, STAGES, optional
-    Q_IN_REGS and GROUP_HEADS) default to flashgen.translators.params.choose_params for the arch."""
-    if arch not in ARCHES:
-        raise UsageError(f"unknown arch {arch!r}; known: {', '.join(ARCHES)}")
-    if head_dim not in SUPPORTED_HEAD_DIMS:
-        raise UsageError(f"head dim {head_dim} is not supported by the CUDA translator; "
-                         f"supported: {', '.join(map(str, SUPPORTED_HEAD_DIMS))}")
-    if params is None:
-        from flashgen.translators.params import choose_params
-
-        params = choose_params(variant, arch, dtype, head_dim)
-    mods, prologue = score_mods_for(variant)
-    norm, norm_prologue = normalization_for(variant)
-    visible, begin, end, mask_tile = visibility_for(variant)
-    kernel_name = name or f"fg_{variant.name}_{dtype.value}_d{head_dim}_{arch}"
-    try:
-        return KernelPlan(
-            name=kernel_name, arch=arch, dtype=dtype, head_dim=head_dim, **tile_fields(params, variant),
-            variant=variant, score_mods=mods, prologue=prologue + norm_prologue, visible=visible, norm=norm,
-            write_lse=variant.return_lse, kv_tile_begin=begin, kv_tile_end=end, mask_tile=mask_tile,
-        )
-    except ValueError as exc:
-        raise UsageError(f"cannot plan {kernel_name}: {exc}") from None

@@ -1,4 +1,4 @@
-"""`python -m flashgen.agent.regenerate [--check] [FILTER ...]`: rebuild the committed kernels under
+"""`python -m flashgen.regenerate [--check] [FILTER ...]`: rebuild the committed kernels under
 generated/ with the expert provider (no GPU needed). With --check, compare instead of writing and
 exit non-zero on any difference. FILTER keeps the entries whose path contains every given string."""
 
@@ -16,7 +16,7 @@ GPUS = ("t4", "rtx8000", "a100", "h100", "h200")
 DTYPES = ("fp16", "bf16")
 VARIANTS = {"plain": Variant(), "causal": Variant(causal=True)}
 HEAD_DIMS = (64, 128)
-ROOT = Path(__file__).resolve().parents[2] / "generated"
+ROOT = Path(__file__).resolve().parents[1] / "generated"
 
 
 def entries() -> list[tuple[str, str, str, int]]:

@@ -1,4 +1,5 @@
-"""`flashgen generate`: run the two-stage pipeline for one GPU, dtype and variant and write the kernel."""
+"""`flashgen generate`: run the two-stage pipeline for one GPU, dtype and variant and write the kernel (the
+command of flashgen.api.generate, so it stands above the API, beside the other top-level commands)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def register(app: typer.Typer) -> None:
         resume: str | None = typer.Option(None, "--resume", help="continue run RUN_ID from its last step"),
     ) -> None:
         """Generate a FlashAttention kernel: LLM-TL sketch -> full TL -> CUDA, checked, compiled, verified."""
-        from flashgen.agent.environment import Environment
+        from flashgen.harness.environment import Environment
         from flashgen.api import default_out_dir, generate, parse_dtype
 
         console = Console(stderr=True)

@@ -1,0 +1,71 @@
+"""What the agent and a model provider say to each other: `ModelRequest` in, `ModelReply` out, and the
+`Provider` protocol between them. Every provider (flashgen.agent.providers, the offline expert in
+flashgen.agent.expert) and the loop build on these; none of them on each other."""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from flashgen.errors import FlashgenError
+from flashgen.variant import DType, Variant
+
+Stage = Literal["sketch", "params", "translate", "repair_syntax", "repair_check", "repair_interpret",
+                "repair_compile", "repair_wrong", "repair_slow", "repair_no_code"]
+
+
+class ProviderError(FlashgenError):
+    """A provider could not answer (missing SDK or key, a refused request, retries exhausted)."""
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class Task(BaseModel):
+    """What is being generated: enough for the expert to answer without reading the prose."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    variant: Variant
+    target: str = Field(description="canonical target name, e.g. a100")
+    arch: str
+    dtype: DType
+    head_dim: int
+
+
+class ModelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    stage: Stage
+    messages: list[ChatMessage]
+    task: Task
+    phase: Literal["sketch", "params", "translate"] = Field(
+        description="the artefact this request asks for: a sketch, a full TL program or CUDA")
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class ModelReply(BaseModel):
+    text: str
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = Field(default=None, description="None when the model's price is unknown")
+    model: str
+    attempts: int = 1
+    note: str = ""
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+    model: str
+
+    def complete(self, request: ModelRequest) -> ModelReply: ...

@@ -1,0 +1,189 @@
+"""The `Backend` base: one code path of the CUDA translator.
+
+A backend is chosen once per `flashgen.targets.Target` (`flashgen.translators.backends.backend_for`) and named
+in the `KernelPlan` (`plan.backend`, beside `plan.target`). It owns everything that differs between code paths:
+its kernel template(s) and arch header(s) (in its folder), and the facts the planner, the parameter choice, the
+search and the renderer ask for (max stages, shared-memory element size, the tensor-core instructions it uses,
+nvcc flags, parameter tables, the tile search space). The GPU's own limits (shared memory per block and per SM,
+SM count) are read from the Target, never from an arch string.
+
+Shared by every backend: the kernel skeleton `translators/templates/attention_fwd.cu.j2` (its blocks are the
+FA2 interleave with one K and one V buffer, over any `tile_loader` with issue()/land()), a backend template
+extending it where the path differs, and the shared headers in `translators/include/flashgen/` (common.cuh,
+mma.cuh, attn_warp.cuh).
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from flashgen.targets import TARGETS, Target, gencode_flags
+from flashgen.translators.plan import SUPPORTED_HEAD_DIMS, KernelPlan, NormKind
+from flashgen.variant import DType
+
+BACKENDS_DIR = Path(__file__).resolve().parent
+TRANSLATORS_DIR = BACKENDS_DIR.parent
+SHARED_TEMPLATES = TRANSLATORS_DIR / "templates"
+SHARED_INCLUDE = TRANSLATORS_DIR / "include"
+#: the shared kernel skeleton (in SHARED_TEMPLATES); a backend template `{% extends %}` it
+SKELETON = "attention_fwd.cu.j2"
+
+_CTYPE = {DType.fp16: "fg::f16", DType.bf16: "fg::bf16", DType.fp32: "fg::f32"}
+_TF32_NOTE = "fp32 inputs run on tf32 tensor cores (10-bit mantissa products, fp32 accumulation)"
+
+
+def tile_bytes(rows: int, cols: int, itemsize: int) -> int:
+    """st_layout<rows, cols, itemsize>::BYTES (common.cuh): XOR swizzle, or one chunk of padding per row."""
+    chunk_elems = 16 // itemsize
+    chunks = cols // chunk_elems
+    row_elems = cols if chunks % 8 == 0 else cols + chunk_elems
+    return rows * row_elems * itemsize
+
+
+def tiles_bytes(block_m: int, block_n: int, head_dim: int, itemsize: int, stages: int = 1) -> int:
+    """Q's tile plus `stages` K and V tiles each."""
+    return tile_bytes(block_m, head_dim, itemsize) + 2 * stages * tile_bytes(block_n, head_dim, itemsize)
+
+
+class SearchSpace(BaseModel):
+    """The tile parameters `flashgen tune` screens (flashgen.translators.search), one tuple per key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    block_m: tuple[int, ...] = (64, 128, 256)
+    block_n: tuple[int, ...] = (16, 32, 64, 128)  # 16: the only key tile that fits d256 in fp32 or on Turing
+    warps: tuple[int, ...] = (4, 8)
+    stages: tuple[int, ...] = (1, 2)
+    q_in_regs: tuple[int, ...] = (0, 1)
+    # launch orders (GROUP_HEADS): the variant's default first (plan.default_group_heads), then the other
+    group_heads: tuple[int, ...] = (1, 0)
+
+
+Params = dict[str, int]
+
+
+def tile_params(bm: int, bn: int, w: int, q: int, s: int = 1) -> Params:
+    """A parameter-table entry: BLOCK_M, BLOCK_N, WARPS, Q_IN_REGS, STAGES."""
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "WARPS": w, "STAGES": s, "Q_IN_REGS": q}
+
+
+class Backend:
+    """One code path. Subclasses set the class attributes and override what their path does differently."""
+
+    #: the backend's name, as plan.backend carries it: the folder's name (sm75, sm80)
+    name: ClassVar[str]
+    #: the archs (Target.arch) this path is chosen for, unless `supports` says otherwise
+    archs: ClassVar[tuple[str, ...]]
+    #: the deepest K/V buffering its templates implement (plan.stages in 1..max_stages)
+    max_stages: ClassVar[int]
+    #: the tensor-core instructions its headers emit, per input dtype (docs; checked against the Target in tests)
+    mma_instructions: ClassVar[dict[str, str]]
+    #: its arch header, included as flashgen/<name> from its folder's include/flashgen/
+    arch_header: ClassVar[str]
+    head_dims: ClassVar[tuple[int, ...]] = SUPPORTED_HEAD_DIMS
+    #: spill-checked starting points: (dtype, head_dim) -> params (flashgen.translators.params.choose_params)
+    defaults: ClassVar[dict[tuple[str, int], Params]] = {}
+    #: parameters measured on a GPU: (arch, dtype, head_dim, launch order) -> params, read before `defaults`
+    measured: ClassVar[dict[tuple[str, str, int, str], Params]] = {}
+    search_space: ClassVar[SearchSpace] = SearchSpace()
+    #: True where the backend renders its kernels itself (`render`) instead of through the shared skeleton
+    own_renderer: ClassVar[bool] = False
+
+    # ------------------------------------------------------------------ where it lives
+    @property
+    def folder(self) -> Path:
+        return Path(inspect.getfile(type(self))).resolve().parent
+
+    @property
+    def include_dir(self) -> Path:
+        """Its headers, as <include_dir>/flashgen/<header> (so `-I include_dir` finds "flashgen/<header>")."""
+        return self.folder / "include"
+
+    @property
+    def source_label(self) -> str:
+        """Where its parameter tables are, for ParamsChoice.detail."""
+        return f"flashgen/translators/backends/{self.name}"
+
+    # ------------------------------------------------------------------ the choice
+    def supports(self, target: Target) -> bool:
+        return target.arch in self.archs
+
+    def accepts(self, variant, dtype) -> bool:
+        """Whether this path implements the variant in the dtype (either None: not known yet). A target's first
+        backend that does not is passed over for the next one that supports the target (backend_for)."""
+        return True
+
+    def validate(self, plan: KernelPlan) -> None:
+        """Raise UsageError for a plan this path cannot render (beyond stages and shared memory)."""
+
+    def render(self, plan: KernelPlan):
+        """(source, manifest) for a backend with `own_renderer`; the others render through the shared skeleton."""
+        raise NotImplementedError(f"backend {self.name} renders through the shared skeleton")
+
+    # ------------------------------------------------------------------ facts
+    def compile_arch(self, target: Target) -> str:
+        """The nvcc arch its kernels for `target` are written for (KernelManifest.arch)."""
+        return target.arch
+
+    def nvcc_flags(self, target: Target) -> tuple[str, ...]:
+        """The -gencode flags for its kernels on `target` (flashgen.harness.compile.ARCH_FLAGS[compile_arch])."""
+        return gencode_flags(self.compile_arch(target))
+
+    def tensor_cores_take(self, target: Target, dtype: DType) -> bool:
+        """Whether the target's mma instructions take `dtype` inputs as they are (fp32 through tf32)."""
+        want = "tf32" if DType(dtype) is DType.fp32 else DType(dtype).value
+        return want in target.tensor_dtypes
+
+    def smem_itemsize(self, target: Target, dtype: DType) -> int:
+        """Bytes per shared-memory element."""
+        return DType(dtype).itemsize
+
+    def smem_limit(self, target: Target) -> int:
+        """Dynamic shared memory one block may use (the target's opt-in maximum)."""
+        return target.smem_per_block_bytes
+
+    def smem_bytes(self, plan: KernelPlan) -> int:
+        """Dynamic shared memory of the plan's kernel."""
+        item = self.smem_itemsize(plan.target, plan.dtype)
+        return tiles_bytes(plan.block_m, plan.block_n, plan.head_dim, item, plan.stages)
+
+    def model_smem_per_sm(self, target: Target) -> int:
+        """Shared memory per SM the occupancy model (params.model_score) counts resident blocks against."""
+        return target.smem_per_sm_bytes
+
+    def split_sm_count(self, target: Target) -> int:
+        """The SM count the split-KV split count is written for: the largest among the known GPUs of the target's
+        arch, so that one manifest serves every GPU of the arch as before (target.sm_count would change the
+        manifests of T4, A10 and L4: for the lead, see docs/translators.md)."""
+        return max([t.sm_count for t in TARGETS.values() if t.arch == target.arch] or [target.sm_count])
+
+    # ------------------------------------------------------------------ rendering
+    def template(self, plan: KernelPlan) -> str:
+        """The template that renders the plan's kernel (a name under SHARED_TEMPLATES or BACKENDS_DIR)."""
+        return SKELETON
+
+    def warp_mma(self, plan: KernelPlan) -> str:
+        q = str(plan.q_in_regs).lower()
+        if plan.dtype is DType.fp32:
+            return f"fg::warp::attn_mma_tf32<MT, D, BLOCK_N, {q}, BLOCK_M>"
+        return f"fg::warp::attn_mma16<T, MT, D, BLOCK_N, {q}, BLOCK_M>"
+
+    def packed_p(self, plan: KernelPlan) -> bool:
+        """P packed to 16 bits straight after the exponentials (fp32/tf32 keeps fp32 P)."""
+        return plan.norm.kind is NormKind.softmax and plan.dtype is not DType.fp32
+
+    def context(self, plan: KernelPlan) -> dict:
+        """The template variables this backend provides."""
+        return dict(ctype=_CTYPE[plan.dtype], arch_header=self.arch_header, warp_mma=self.warp_mma(plan),
+                    packed_p=self.packed_p(plan))
+
+    def notes(self, plan: KernelPlan) -> str:
+        """KernelManifest.notes: how the dtype is handled."""
+        return _TF32_NOTE if plan.dtype is DType.fp32 else ""
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name}>"

@@ -1,0 +1,51 @@
+"""The rule-based plan of a `Variant`: what the expert's TL program lowers to, built without TL.
+
+    plan = plan_for_variant(Variant(causal=True), target, DType.bf16, 128)   # target: a Target, GPU name or arch
+"""
+
+from __future__ import annotations
+
+from flashgen.errors import UsageError
+from flashgen.targets import Target, resolve_target
+from flashgen.translators.backends import backend_for, get_backend
+from flashgen.translators.params import choose_params
+from flashgen.translators.plan import (
+    KernelPlan,
+    normalization_for,
+    score_mods_for,
+    tile_fields,
+    visibility_for,
+)
+from flashgen.variant import DType, Variant
+
+
+def plan_for_variant(variant: Variant, target: Target | str, dtype: DType, head_dim: int, *, name: str | None = None,
+                     params: dict[str, int] | None = None, backend: str | None = None) -> KernelPlan:
+    """The plan the rule-based expert would write for `target` (a Target, a GPU name, or an arch such as sm_80: the
+    first known GPU of it). `params` (BLOCK_M, BLOCK_N, WARPS, STAGES, optional Q_IN_REGS and GROUP_HEADS) default
+    to flashgen.translators.params.choose_params without a tuned file (the tables and the model). `backend` names
+    a code path other than the target's own choice (sm80 on an H200, to compare the two)."""
+    target = resolve_target(target)
+    dtype = DType(dtype)
+    path = get_backend(backend) if backend else backend_for(target, variant, dtype)
+    if not path.supports(target) or not path.accepts(variant, dtype):
+        raise UsageError(f"the {path.name} path does not translate {variant.name} {dtype.value} for {target.name}")
+    backend = path
+    if head_dim not in backend.head_dims:
+        raise UsageError(f"head dim {head_dim} is not supported by the CUDA translator; "
+                         f"supported: {', '.join(map(str, backend.head_dims))}")
+    if params is None:
+        params = choose_params(variant, target, dtype, head_dim, tuned=False, backend=backend.name)
+    mods, prologue = score_mods_for(variant)
+    norm, norm_prologue = normalization_for(variant)
+    visible, begin, end, mask_tile = visibility_for(variant)
+    kernel_name = name or f"fg_{variant.name}_{dtype.value}_d{head_dim}_{target.arch}"
+    try:
+        return KernelPlan(
+            name=kernel_name, arch=target.arch, target=target, backend=backend.name, dtype=dtype, head_dim=head_dim,
+            **tile_fields(params, variant),
+            variant=variant, score_mods=mods, prologue=prologue + norm_prologue, visible=visible, norm=norm,
+            write_lse=variant.return_lse, kv_tile_begin=begin, kv_tile_end=end, mask_tile=mask_tile,
+        )
+    except ValueError as exc:
+        raise UsageError(f"cannot plan {kernel_name}: {exc}") from None

@@ -1,0 +1,166 @@
+"""The GPU tests' kernels, built and compiled once per session before any test runs, and verified in batches.
+
+A GPU test module that builds kernels defines
+
+    def gpu_kernels(items, arch) -> dict[key, Build]
+
+the kernels its selected `items` need (cheap: recipes, nothing is built here). After collection, conftest's
+`pytest_collection_finish` asks every selected GPU module for them and runs `build_and_compile` once over all of
+them: the builds (library TL -> check -> translate, pure Python) in a pool of spawned processes, nvcc on every
+distinct source in a thread pool (nvcc is a subprocess), as many of each as there are usable CPUs, into the
+content-addressed compile cache (flashgen.harness.compile), where the GPU worker then only finds cubins. The
+module fixture `prebuilt_kernels` (conftest) hands a module its kernels.
+
+`verify_many` runs a module's verifications on several GPU workers at once: the checks themselves are unchanged
+(every default case, two seeds each, in the worker); only the fp64 reference and comparisons on the CPU overlap.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from threading import Lock
+from typing import Any, NamedTuple
+
+HOOK = "gpu_kernels"
+
+
+class Build(NamedTuple):
+    """One kernel's recipe: fn(*args, **kwargs) returns (source, manifest, ...) or an object with .source and
+    .manifest (a Translation). fn must be importable by its module and name: a spawned process runs it."""
+
+    fn: Callable[..., Any]
+    args: tuple = ()
+    kwargs: dict = {}
+
+
+class Built(NamedTuple):
+    source: str | None
+    manifest: Any
+    error: str | None  # the build's exception or the compiler's feedback; None when it built and compiled
+
+
+class PassStats(NamedTuple):
+    kernels: int
+    sources: int
+    compiled: int
+    cache_hits: int
+    failed: int
+    jobs: int
+    wall_s: float
+    nvcc_s: float
+
+    def line(self) -> str:
+        return (f"[gpu pre-compile] {self.kernels} kernels ({self.sources} distinct sources): {self.compiled} "
+                f"compiled, {self.cache_hits} from the cache, {self.failed} failed; {self.jobs} jobs; "
+                f"{self.wall_s:.1f} s wall (nvcc {self.nvcc_s:.0f} s summed)")
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (the affinity mask, not the host's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _build(build: Build) -> tuple[str | None, Any, str | None]:
+    """(Runs in a pool process.) (source, manifest, None), or (None, None, why) when the build raises."""
+    try:
+        out = build.fn(*build.args, **build.kwargs)
+        if hasattr(out, "source") and hasattr(out, "manifest"):
+            return out.source, out.manifest, None
+        return out[0], out[1], None
+    except Exception as exc:
+        return None, None, f"build failed: {type(exc).__name__}: {exc}"
+
+
+def build_and_compile(builds: dict[Hashable, Build], arch: str, jobs: int | None = None,
+                      arch_for: Callable[[Any], str] | None = None) -> tuple[dict[Hashable, Built], PassStats]:
+    """Build every recipe and compile every distinct source into the compile cache, `jobs` builds and `jobs` nvcc
+    at a time (default: the usable CPUs); a source is handed to nvcc as soon as it is built. Each kernel is compiled
+    for `arch_for(manifest)` when given (what the worker will ask for: worker.runnable_arch), else for `arch`."""
+    import multiprocessing as mp
+
+    from flashgen.harness.compile import compile_cuda
+
+    started = time.monotonic()
+    jobs = max(1, min(jobs or usable_cpus(), max(1, len(builds))))
+    keys = list(builds)
+    built: dict[Hashable, tuple] = {}
+    compiles: dict[tuple[str, str], Any] = {}  # (source, arch) -> future of its CompileResult
+    if keys:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as builders, \
+                ThreadPoolExecutor(max_workers=jobs) as nvcc:
+            for key, (source, manifest, error) in zip(keys, builders.map(_build, [builds[k] for k in keys],
+                                                                         chunksize=4)):
+                target = None
+                if error is None:
+                    try:
+                        target = arch_for(manifest) if arch_for is not None else arch
+                    except Exception as exc:  # e.g. a kernel written for a newer GPU than this one
+                        error = f"no arch to build for: {exc}"
+                built[key] = (source, manifest, error, target)
+                if target is not None and (source, target) not in compiles:
+                    compiles[(source, target)] = nvcc.submit(compile_cuda, source, target)
+            results = {what: future.result() for what, future in compiles.items()}
+    else:
+        results = {}
+    kernels: dict[Hashable, Built] = {}
+    for key, (source, manifest, error, target) in built.items():
+        if error is None and not results[(source, target)].ok:
+            error = f"does not compile for {target}: {results[(source, target)].feedback_text(1500)}"
+        kernels[key] = Built(source, manifest, error)
+    stats = PassStats(kernels=len(keys), sources=len(results), compiled=sum(not r.cache_hit for r in results.values()),
+                      cache_hits=sum(r.cache_hit for r in results.values()),
+                      failed=sum(k.error is not None for k in kernels.values()), jobs=jobs,
+                      wall_s=time.monotonic() - started,
+                      nvcc_s=sum(r.seconds for r in results.values() if not r.cache_hit))
+    return kernels, stats
+
+
+class Kernels(dict):
+    """{key: Built}; kernels[key] is (source, manifest), and fails the calling test with the build's or the
+    compiler's error when that kernel has one (the module's other tests still run)."""
+
+    def __getitem__(self, key):
+        built = super().__getitem__(key)
+        if built.error is not None:
+            raise AssertionError(f"kernel {key}: {built.error}")
+        return built.source, built.manifest
+
+    def ready(self) -> dict:
+        """{key: (source, manifest)} of the kernels that built and compiled."""
+        return {key: (b.source, b.manifest) for key, b in self.items() if b.error is None}
+
+
+def verify_workers() -> int:
+    """How many GPU workers verify at once: $FLASHGEN_TEST_VERIFY_WORKERS, else half the usable CPUs, 1 to 8."""
+    chosen = os.environ.get("FLASHGEN_TEST_VERIFY_WORKERS")
+    return max(1, int(chosen)) if chosen else max(1, min(8, usable_cpus() // 2))
+
+
+def verify_many(kernels: dict[Hashable, Any], workers: int | None = None, job_timeout_s: float = 240) -> dict:
+    """{key: VerifyReport} of every KernelInput, through `workers` GpuWorkers (one process each, one GPU) taking
+    kernels in order. Each verification is GpuWorker.verify's own: default cases, fresh seeds, two runs a case;
+    a crash or hang fails that kernel's report and restarts only its worker."""
+    from flashgen.harness.worker import GpuWorker
+
+    todo, lock, reports = deque(kernels), Lock(), {}
+
+    def drain(_: int) -> None:
+        with GpuWorker(job_timeout_s=job_timeout_s) as worker:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    key = todo.popleft()
+                reports[key] = worker.verify(kernels[key])
+
+    count = max(1, min(workers or verify_workers(), len(kernels)))
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        list(pool.map(drain, range(count)))
+    return reports
