@@ -35,12 +35,19 @@ def test_every_backend_folder_is_listed_once_under_its_name():
 def test_each_target_has_one_backend_and_the_plan_carries_it():
     assert {name: backend_for(t).name for name, t in TARGETS.items()} == {
         "t4": "sm75", "rtx8000": "sm75", "a100": "sm80", "a10": "sm80", "rtx3090": "sm80", "l4": "sm80",
-        "rtx4090": "sm80", "h100": "sm80", "h200": "sm80"}
+        "rtx4090": "sm80", "h100": "sm90", "h200": "sm90"}
+    # what the Hopper path does not take stays on the sm80 path
+    h200 = get_target("h200")
+    assert backend_for(h200, Variant(), DType.fp32).name == "sm80"
+    assert backend_for(h200, Variant(split_kv=True, return_lse=True), DType.bf16).name == "sm80"
     plan = plan_for_variant(Variant(causal=True), "t4", DType.bf16, 64)
     assert (plan.backend, plan.target.name, plan.arch) == ("sm75", "t4", "sm_75")
     tl = library.render(Variant(), dtype=DType.fp16, arch="sm_90", head_dim=64, form="full")
     lowered, _notes = lower(parse(tl, "kernel.tl"), get_target("h200"))
-    assert (lowered.backend, lowered.target.name) == ("sm80", "h200")
+    assert (lowered.backend, lowered.target.name) == ("sm90", "h200")
+    tl32 = library.render(Variant(), dtype=DType.fp32, arch="sm_90", head_dim=64, form="full")
+    lowered, notes = lower(parse(tl32, "kernel.tl"), get_target("h200"))
+    assert lowered.backend == "sm80" and any("sm80 path" in n for n in notes)
     # an arch string stands for the first known GPU of it
     assert plan_for_variant(Variant(), "sm_86", DType.fp16, 64).target.name == "a10"
 

@@ -42,7 +42,8 @@ def test_fa2_suite_rows():
 
 def test_translation_targets_of_the_code_paths():
     assert translation_target("h200").name == "h200"
-    assert translation_target("h200", "sm_80").name == "h200"  # the H200's own kernels take the sm_80 path
+    assert translation_target("h200", "sm_90").name == "h200"  # the H200's own kernels take the sm_90 path
+    assert translation_target("h200", "sm_80").arch == "sm_80"  # the mma.sync path, compiled for the GPU present
     assert translation_target("h200", "sm_75").arch == "sm_75"
     source, manifest, tl = build_expert_kernel("h200", "fp16", Variant(causal=True), 64, arch_override="sm_75")
     assert manifest.arch == "sm_75" and manifest.variant.causal and manifest.head_dim == 64

@@ -1,6 +1,7 @@
 """Every variant x dtype x head dim of the reference translator, built the way `flashgen generate` builds
 it (library TL -> check -> translate) and verified by the harness's whole verification suite on the GPU
-present (the sm_80 code path, compiled for that GPU)."""
+present: the H200 target (sm90 path for fp16/bf16, sm80 for fp32 and split-KV) and the A100 target (sm80 path),
+both compiled for that GPU."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 pytestmark = pytest.mark.gpu
 
-GPU = "h200"  # its translator path is the sm_80 one; the harness compiles it for the GPU present
+# h200: the target's own paths (sm90 for fp16/bf16, sm80 for fp32 and split-KV); a100: the sm80 path everywhere.
+# The harness compiles each for the GPU present, so an H200 runs both.
+GPUS = ("h200", "a100")
 VARIANTS = {
     "plain": Variant(),
     "causal": Variant(causal=True),
@@ -32,7 +35,7 @@ VARIANTS = {
     "decode_splitkv": Variant(split_kv=True, return_lse=True),
 }
 HEAD_DIMS = (64, 96, 128, 256)
-MATRIX = [(name, dtype, d) for name in VARIANTS for dtype in DType for d in HEAD_DIMS]
+MATRIX = [(gpu, name, dtype, d) for gpu in GPUS for name in VARIANTS for dtype in DType for d in HEAD_DIMS]
 
 
 def gpu_kernels(items, arch):
@@ -40,8 +43,8 @@ def gpu_kernels(items, arch):
     from flashgen.harness.suite import build_expert_kernel
     from tests.gpu_kernels import Build
 
-    keys = [(p["name"], p["dtype"], p["head_dim"]) for p in (item.callspec.params for item in items)]
-    return {key: Build(build_expert_kernel, (GPU, key[1].value, VARIANTS[key[0]], key[2])) for key in keys}
+    keys = [(p["gpu"], p["name"], p["dtype"], p["head_dim"]) for p in (item.callspec.params for item in items)]
+    return {key: Build(build_expert_kernel, (key[0], key[2].value, VARIANTS[key[1]], key[3])) for key in keys}
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +60,8 @@ def reports(prebuilt_kernels):
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("dtype", list(DType), ids=lambda d: d.value)
 @pytest.mark.parametrize("name", list(VARIANTS))
-def test_translated_kernel_passes_verification(prebuilt_kernels, reports, name, dtype, head_dim):
-    prebuilt_kernels[(name, dtype, head_dim)]  # fails here with the build or compiler error, if any
-    report = reports[(name, dtype, head_dim)]
+@pytest.mark.parametrize("gpu", GPUS)
+def test_translated_kernel_passes_verification(prebuilt_kernels, reports, gpu, name, dtype, head_dim):
+    prebuilt_kernels[(gpu, name, dtype, head_dim)]  # fails here with the build or compiler error, if any
+    report = reports[(gpu, name, dtype, head_dim)]
     assert report.ok, report.summary

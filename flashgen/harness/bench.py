@@ -228,6 +228,21 @@ def fa2_suite() -> list[tuple[DType, Variant, Shape]]:
     return out
 
 
+def hopper_suite() -> list[tuple[DType, Variant, Shape]]:
+    """The Hopper grid: the FA2 grid with head dim 256 too (fp16/bf16 x D 64/128/256 x causal or not x N = M in
+    {512 .. 16k}, B*N = 16k tokens, H*D = 2048), the shapes FlashAttention-3 and cuDNN are measured on."""
+    out = []
+    for dtype in (DType.fp16, DType.bf16):
+        for d in (64, 128, 256):
+            for causal in (False, True):
+                for n in (512, 1024, 2048, 4096, 8192, 16384):
+                    out.append((dtype, Variant(causal=causal), Shape(B=16384 // n, H=2048 // d, N=n, M=n, D=d)))
+    return out
+
+
+SUITE_GRIDS = {"fa2": fa2_suite, "hopper": hopper_suite}
+
+
 def default_output_path(env: dict[str, Any], name: str, root: str | Path = "benchmarks/results") -> Path:
     gpu = re.sub(r"[^A-Za-z0-9]+", "-", str(env.get("gpu") or "nogpu")).strip("-").lower()
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "bench"

@@ -75,10 +75,10 @@ def register(app: typer.Typer) -> None:
     def bench_command(kernel_dirs: list[str] = typer.Argument(None, help="kernel directories (kernel.cu + manifest.json); "
                                                               "or `report RESULTS.json...` to render suite results"),
                       shapes: str = typer.Option(None, help='e.g. "B=8,H=16,N=2048,M=2048,D=128;B=4,..."'),
-                      suite: str = typer.Option(None, help="a preset: fa2. Without kernel directories our kernels are "
+                      suite: str = typer.Option(None, help="a preset: fa2, or hopper (with d256). Without kernel directories our kernels are "
                                                 "built for it (expert pipeline), verified and timed"),
                       gpu: str = typer.Option(None, help="the GPU the suite builds for (default: the one present)"),
-                      arch_path: str = typer.Option(None, help="suite: the code path to build, sm_80 or sm_75 "
+                      arch_path: str = typer.Option(None, help="suite: the code path to build, sm_90, sm_80 or sm_75 "
                                                     "(default: the GPU's own); compiled for the GPU present"),
                       select: str = typer.Option(None, help="suite: only rows matching all these words, e.g. "
                                                  "fp16,d64,causal,n4096"),
@@ -117,9 +117,9 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--compile-only applies to --suite fa2 without kernel directories")
         min_time = 0.2 if min_time is None else min_time
         from flashgen.harness.bench import (
+            SUITE_GRIDS,
             BenchReport,
             default_output_path,
-            fa2_suite,
             parse_shapes,
         )
         from flashgen.harness.store import Store
@@ -131,9 +131,9 @@ def register(app: typer.Typer) -> None:
         if suite and shapes:
             raise UsageError("give --shapes or --suite, not both")
         if suite:
-            if suite != "fa2":
-                raise UsageError(f"unknown suite {suite!r}; known: fa2")
-            shape_list = sorted({s for _, _, s in fa2_suite()}, key=lambda s: (s.D, s.N))
+            if suite not in SUITE_GRIDS:
+                raise UsageError(f"unknown suite {suite!r}; known: {', '.join(SUITE_GRIDS)}")
+            shape_list = sorted({s for _, _, s in SUITE_GRIDS[suite]()}, key=lambda s: (s.D, s.N))
         elif shapes:
             try:
                 shape_list = parse_shapes(shapes)

@@ -27,9 +27,9 @@ from flashgen.abi import KernelManifest
 from flashgen.errors import FlashgenError, UsageError
 from flashgen.harness.bench import (
     FLEX_MODES,
+    SUITE_GRIDS,
     BenchEntry,
     FlexMode,
-    fa2_suite,
     geomean,
     shape_text,
     speedup,
@@ -37,8 +37,8 @@ from flashgen.harness.bench import (
 from flashgen.roofline import OpCounts
 from flashgen.variant import DType, Shape, Variant
 
-SUITES = ("fa2",)
-ARCH_PATHS = ("sm_80", "sm_75")
+SUITES = tuple(SUITE_GRIDS)
+ARCH_PATHS = ("sm_90", "sm_80", "sm_75")
 # The suite verifies each kernel on these few cases of verify.default_cases before timing it (ragged
 # tails, rows that see no key, scores in the hundreds); tests/test_kernel_gpu.py runs the full set.
 SUITE_CHECK_CASES = ("tails", "n_gt_m", "large_magnitude")
@@ -54,8 +54,8 @@ SUMMARY_BASELINES = ("sdpa_flash", "sdpa_cudnn")
 # ---------------------------------------------------------------------------------------------
 
 def code_path(arch: str) -> str:
-    """The translator's code path for an arch, named by the first arch its backend serves (sm_75 has its own;
-    sm_80..sm_90 share the sm_80 one): flashgen.translators.backends.backend_for decides."""
+    """The translator's code path for an arch, named by the first arch its backend serves (sm_75 and sm_90 have their
+    own; sm_80..sm_89 share the sm_80 one): flashgen.translators.backends.backend_for decides."""
     from flashgen.targets import resolve_target
     from flashgen.translators.backends import backend_for
 
@@ -131,7 +131,7 @@ def suite_rows(suite: str = "fa2", select: str | None = None) -> list[tuple[DTyp
     """The suite's (dtype, variant, shape) rows, optionally narrowed by `select` (see select_rows)."""
     if suite not in SUITES:
         raise UsageError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
-    return select_rows(fa2_suite(), select)
+    return select_rows(SUITE_GRIDS[suite](), select)
 
 
 def select_rows(rows: list[tuple[DType, Variant, Shape]], select: str | None) -> list[tuple[DType, Variant, Shape]]:

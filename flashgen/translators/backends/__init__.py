@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from flashgen.errors import UsageError
 from flashgen.targets import Target
-from flashgen.translators.backends import sm75, sm80
+from flashgen.translators.backends import sm75, sm80, sm90
 from flashgen.translators.backends.base import Backend
 
 #: every backend, in the order backend_for tries them
 BACKENDS: tuple[Backend, ...] = (
     sm75.BACKEND,
+    sm90.BACKEND,  # before sm80: it takes the H100/H200 for what it implements (Sm90Backend.accepts)
     sm80.BACKEND,
 )
 

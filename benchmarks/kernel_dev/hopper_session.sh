@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One device call of Hopper kernel development: the prebuilt kernels under .dev/hopper (hopper_build.py) checked and
+# timed on the GPU (hopper_dev.py), each in its own process under a timeout (a deadlocked kernel costs one slot,
+# not the call). Run from the repo root with carry [".whl", ".dev"]; FULL="name ..." also runs the harness's whole
+# verification on those kernels; BENCH=0 skips timing.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site:$PWD || exit 1
+export PYTHONUNBUFFERED=1
+log=$OUT/hopper-dev.log
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$log"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'triton', triton.__version__)" | tee -a "$log"
+mkdir -p /tmp/res
+for d in .dev/hopper/*/; do
+  name=$(basename "$d")
+  flags=""
+  [ "${BENCH:-1}" = 1 ] && flags="--bench"
+  case " ${FULL:-} " in *" $name "*) flags="$flags --full";; esac
+  timeout "${KTIMEOUT:-150}" python3 benchmarks/kernel_dev/hopper_dev.py "$d" $flags --out "/tmp/res/$name.json" 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 124 ] && echo "$name: TIMEOUT (deadlock?)" | tee -a "$log"
+done
+python3 -c "
+import json, glob, os
+out = {}
+for f in sorted(glob.glob('/tmp/res/*.json')):
+    out.update(json.load(open(f)))
+json.dump(out, open(os.environ['OUT'] + '/hopper-dev.json', 'w'), indent=1)
+"

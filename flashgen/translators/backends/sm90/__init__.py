@@ -1,0 +1,66 @@
+"""The sm90 backend: Hopper's own path (H100, H200): TMA, wgmma and warp specialization (sm_90a).
+
+A producer warpgroup (one thread issuing `cp.async.bulk.tensor` loads that complete on mbarriers) feeds a ring of
+STAGES 128-byte-swizzled K/V stages; consumer warpgroups of 64 query rows each run S = Q K^T with both operands in
+shared memory and O += P V with P from registers (kernel.py, templates/attention_fwd.cu.j2, the primitives in
+include/flashgen/sm90.cuh). It takes fp16 and bf16; fp32 (tf32) and split-KV decode stay on the sm80 path, which
+`accepts` says and the lowering notes.
+"""
+
+from __future__ import annotations
+
+from flashgen.targets import Target
+from flashgen.translators.backends.base import Backend, SearchSpace
+from flashgen.translators.backends.sm90 import kernel
+from flashgen.translators.plan import KernelPlan
+from flashgen.variant import DType, Variant
+
+
+def _p(bm: int, bn: int, stages: int = 2) -> dict[str, int]:
+    # WARPS counts the consumer warps (4 per 64-row warpgroup); the producer warpgroup comes on top
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "WARPS": bm // 16, "STAGES": stages, "Q_IN_REGS": 1}
+
+
+class Sm90Backend(Backend):
+    name = "sm90"
+    archs = ("sm_90",)
+    max_stages = 3
+    mma_instructions = {"fp16": "wgmma.mma_async.sync.aligned.m64n256k16 (m64nNk16, N = BLOCK_N and D)",
+                        "bf16": "wgmma.mma_async.sync.aligned.m64n256k16 (m64nNk16, N = BLOCK_N and D)"}
+    arch_header = "sm90.cuh"
+    own_renderer = True
+    # Session 3 on the H200 (benchmarks/kernel_dev/NOTES.md, results/session3-hopper-tiles.json), bf16, N 512..16k,
+    # B*N = 16k: d64 three consumers 192x128 (+9 % over 128x128 at 16k); d128 128x176 for full rows (+2 %), 128x128
+    # for causal rows (176 loses at N <= 8k); d256 128x80 (+4 % over 128x64). fp16 follows bf16.
+    measured = {
+        **{("sm_90", dt, 64, order): _p(192, 128) for dt in ("fp16", "bf16") for order in ("full", "causal")},
+        **{("sm_90", dt, 128, "full"): _p(128, 176) for dt in ("fp16", "bf16")},
+        **{("sm_90", dt, 128, "causal"): _p(128, 128) for dt in ("fp16", "bf16")},
+        **{("sm_90", dt, 256, order): _p(128, 80) for dt in ("fp16", "bf16") for order in ("full", "causal")},
+    }
+    defaults = {(dt, d): _p(*tiles) for dt in ("fp16", "bf16")
+                for d, tiles in ((64, (192, 128)), (96, (128, 128)), (128, (128, 128)), (256, (128, 80)))}
+    search_space = SearchSpace(block_m=(128, 192), block_n=(64, 80, 96, 128, 176), warps=(8, 12), stages=(2, 3),
+                               q_in_regs=(1,), group_heads=(1, 0))
+
+    def accepts(self, variant: Variant | None, dtype: DType | None) -> bool:
+        """fp16/bf16 without split-KV; the rest stays on the sm80 path."""
+        return (dtype is None or DType(dtype) in (DType.fp16, DType.bf16)) and not (variant and variant.split_kv)
+
+    def compile_arch(self, target: Target) -> str:
+        return target.feature_arch or "sm_90a"
+
+    def smem_bytes(self, plan: KernelPlan) -> int:
+        return kernel.smem_bytes(plan)
+
+    def validate(self, plan: KernelPlan) -> None:
+        kernel.validate(plan, self.smem_limit(plan.target))
+
+    def render(self, plan: KernelPlan):
+        return kernel.render(plan, smem_limit=self.smem_limit(plan.target))
+
+    def notes(self, plan: KernelPlan) -> str:
+        return kernel.NOTES.format(consumers=kernel.consumers(plan))
+
+
+BACKEND = Sm90Backend()

@@ -1,0 +1,127 @@
+"""KernelPlan -> CUDA source + KernelManifest for the Hopper path (sm_90a: TMA, wgmma, warp specialization).
+
+The kernel's shape is fixed by the hardware more than the sm80 path's: a producer warpgroup and CONSUMERS
+consumer warpgroups of 64 query rows each (BLOCK_M = 64 * CONSUMERS), K/V in a ring of STAGES 128-byte-swizzled
+TMA stages, S and O in wgmma accumulators. The variant pieces (score mods, visibility, tile ranges, prologue,
+normalization) are the plan's C expressions, as on every path.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import jinja2
+
+from flashgen.abi import KernelManifest, Launch, TensorMapSpec
+from flashgen.errors import UsageError
+from flashgen.translators.backends.sm90.wgmma import wrappers
+from flashgen.translators.plan import KernelPlan, NormKind, check_expressions
+from flashgen.variant import DType
+
+HERE = Path(__file__).parent
+TEMPLATES = HERE / "templates"
+INCLUDE_DIRS = (HERE / "include", HERE.parents[1] / "include")
+_INCLUDE = re.compile(r'^\s*#include\s+"(flashgen/[\w./]+)"\s*$', re.MULTILINE)
+_CTYPE = {DType.fp16: "fg::f16", DType.bf16: "fg::bf16"}
+# Registers per thread after setmaxnreg: the producer keeps what address arithmetic needs; the consumers take
+# the rest (128 * (24 + 2 * 240) = 64512 of the SM's 65536).
+PRODUCER_REGS = 24
+CONSUMER_REGS = {2: 240, 3: 160}
+CONSUMERS_MAX = 3
+NOTES = "Hopper path (sm_90a): TMA loads on mbarriers, wgmma, one producer and {consumers} consumer warpgroups"
+
+
+def consumers(plan: KernelPlan) -> int:
+    return plan.block_m // 64
+
+
+def chunks(head_dim: int) -> int:
+    """64-element column chunks (one 128-byte TMA box each) per row; a partial last chunk is zero-filled."""
+    return -(-head_dim // 64)
+
+
+def smem_bytes(plan: KernelPlan) -> int:
+    """Q, STAGES x (K, V), the barriers, and slack to align the tiles to 1024 bytes."""
+    row = chunks(plan.head_dim) * 64 * plan.dtype.itemsize
+    return (plan.block_m + 2 * plan.stages * plan.block_n) * row + 8 * (1 + 3 * plan.stages) + 1024
+
+
+def threads(plan: KernelPlan) -> int:
+    return 128 * (consumers(plan) + 1)
+
+
+def validate(plan: KernelPlan, smem_limit: int) -> None:
+    check_expressions(plan)
+    if plan.dtype not in _CTYPE:
+        raise UsageError(f"{plan.name}: the sm90 path runs fp16 and bf16 (fp32 goes to the sm80 path)")
+    if plan.block_m % 64 or not 2 <= consumers(plan) <= CONSUMERS_MAX:
+        raise UsageError(f"{plan.name}: BLOCK_M={plan.block_m}: the sm90 path takes 64 rows per consumer "
+                         f"warpgroup, 2..{CONSUMERS_MAX} of them")
+    if plan.block_n % 16 or not 16 <= plan.block_n <= 256:
+        raise UsageError(f"{plan.name}: BLOCK_N={plan.block_n}: a multiple of 16 in 16..256 (wgmma N)")
+    if plan.head_dim % 16:
+        raise UsageError(f"{plan.name}: head dim {plan.head_dim}: the sm90 path takes multiples of 16")
+    if plan.variant.split_kv:
+        raise UsageError(f"{plan.name}: split-KV decode runs on the sm80 path")
+    need = smem_bytes(plan)
+    if need > smem_limit:
+        raise UsageError(f"{plan.name}: tiles need {need} bytes of shared memory, over the GPU's per-block "
+                         f"{smem_limit}; lower BLOCK_N or STAGES")
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+
+
+def inline_headers(source: str) -> str:
+    """Each `#include "flashgen/x.cuh"` replaced by the header (sm90's own, then the shared ones), once."""
+    seen: set[str] = set()
+
+    def expand(text: str) -> str:
+        def repl(match: re.Match) -> str:
+            rel = match.group(1)
+            if rel in seen:
+                return ""
+            seen.add(rel)
+            path = next((d / rel for d in INCLUDE_DIRS if (d / rel).is_file()), None)
+            if path is None:
+                raise UsageError(f"sm90 template includes {rel}, which no include folder holds")
+            guard = "FG_INLINED_" + re.sub(r"\W", "_", rel).upper()
+            body = path.read_text().replace("#pragma once\n", "")
+            return f"#ifndef {guard}\n#define {guard}\n// ---- {rel} ----\n{expand(body)}\n#endif  // {guard}"
+
+        return _INCLUDE.sub(repl, text)
+
+    return expand(source)
+
+
+def render(plan: KernelPlan, *, smem_limit: int, v_desc: tuple[str, str] | None = None) -> tuple[str, KernelManifest]:
+    """CUDA source and manifest of the Hopper kernel for `plan`. `v_desc` overrides the (LBO, SBO) expressions
+    of V's MN-major descriptor (kernel development only)."""
+    validate(plan, smem_limit)
+    n_consumers = consumers(plan)
+    softmax = plan.norm.kind is NormKind.softmax
+    lbo, sbo = v_desc or ("KV_CHUNK_ELEMS * sizeof(T)", "1024")
+    context = dict(
+        plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
+        chunks=chunks(plan.head_dim), producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers],
+        reverse_m=plan.variant.causal, softmax=softmax, raw_scores=softmax and not plan.score_mods,
+        v_lbo=lbo, v_sbo=sbo,
+        wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.head_dim,)),
+    )
+    source = inline_headers(_environment().get_template("attention_fwd.cu.j2").render(**context))
+    manifest = KernelManifest(
+        name=plan.name, arch=plan.target.feature_arch or "sm_90a", dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
+        launches=[Launch(kernel=plan.name, grid=(f"cdiv(N, {plan.block_m})", "H", "B"), threads=threads(plan),
+                         smem_bytes=smem_bytes(plan))],
+        params={"BLOCK_M": plan.block_m, "BLOCK_N": plan.block_n, "WARPS": plan.warps,
+                "STAGES": plan.stages, "GROUP_HEADS": plan.group_heads},
+        tensor_maps=[TensorMapSpec(tensor="q", box_rows=plan.block_m), TensorMapSpec(tensor="k", box_rows=plan.block_n),
+                     TensorMapSpec(tensor="v", box_rows=plan.block_n)],
+        notes=NOTES.format(consumers=n_consumers),
+    )
+    return source, manifest
