@@ -87,7 +87,7 @@ def check_custom_inputs(kernel_json: str, shape: dict, qk_scale: float, v_scale:
         reference_outputs,
         to_dtype_bits,
     )
-    from flashgen.harness.worker import (
+    from flashgen.harness.device import (
         KernelInput,
         _cupy,
         ensure_compiled,
