@@ -1,4 +1,5 @@
-"""README's performance sentence, computed from the newest committed FA2 suite result of the sm_80 code path.
+"""README's performance sentences, computed from the newest committed results: the Hopper grid of the sm90 path
+(`flashgen bench --suite hopper`, *-hopper-sm_90-*.json) and the FA2 grid of the sm_80 path (*-fa2-sm_80-*.json).
 
     python benchmarks/readme_figures.py            # print the sentence
     python benchmarks/readme_figures.py --write    # rewrite README.md between the figures markers
@@ -25,10 +26,10 @@ README = ROOT / "README.md"
 BEGIN, END = "<!-- figures:begin -->", "<!-- figures:end -->"
 
 
-def newest_result(results: Path = RESULTS, arch_path: str = "sm_80") -> Path:
-    paths = sorted(results.glob(f"*-fa2-{arch_path}-*.json"))
+def newest_result(results: Path = RESULTS, arch_path: str = "sm_80", suite: str = "fa2") -> Path:
+    paths = sorted(results.glob(f"*-{suite}-{arch_path}-*.json"))
     if not paths:
-        raise SystemExit(f"no *-fa2-{arch_path}-*.json under {results}")
+        raise SystemExit(f"no *-{suite}-{arch_path}-*.json under {results}")
     return max(paths, key=lambda p: (dt.datetime.fromisoformat(json.loads(p.read_text())["created"]), p.name))
 
 
@@ -47,7 +48,7 @@ def figures(path: Path) -> str:
         raise SystemExit(f"{path.name}: no shape timed beside FlashAttention-2")
     gpu = result.get("env", {}).get("gpu") or result["gpu"]
     text = (f"Measured on an {gpu} (docs/performance.md, from benchmarks/results/{path.name}): the generated "
-            f"sm_80-path kernels run at {_x(geo['sdpa_flash'])} FlashAttention-2 (geomean over the {len(flash)} shapes of the FA2 grid, "
+            f"sm_80-path kernels (the Ampere and Ada path) run at {_x(geo['sdpa_flash'])} FlashAttention-2 (geomean over the {len(flash)} shapes of the FA2 grid, "
             f"{_x(min(flash))} to {_x(max(flash))})")
     if "flex" in geo:
         text += f" and {_x(geo['flex'])} FlexAttention"
@@ -56,6 +57,30 @@ def figures(path: Path) -> str:
         text += (f"; cuDNN is faster still (ours at {_x(cudnn)})" if cudnn < 1
                  else f"; {_x(cudnn)} cuDNN")
     return textwrap.fill(text + ".", width=110, break_long_words=False, break_on_hyphens=False)
+
+
+def hopper_figures(path: Path) -> str:
+    """The Hopper path's sentence: geomeans against cuDNN, FlashAttention-2 and Flex, the range against cuDNN."""
+    result = json.loads(path.read_text())
+    geo = result["summary"]["geomean_speedup"]
+    cudnn = [row["speedup"]["sdpa_cudnn"] for row in result["rows"] if "sdpa_cudnn" in row.get("speedup", {})]
+    if not cudnn:
+        raise SystemExit(f"{path.name}: no shape timed beside cuDNN")
+    gpu = result.get("env", {}).get("gpu") or result["gpu"]
+    text = (f"On the H100/H200 the kernels take the Hopper path (TMA, wgmma, warp specialization). Measured on an "
+            f"{gpu} (benchmarks/results/{path.name}, the {len(cudnn)} shapes of the Hopper grid, d64/d128/d256): "
+            f"{_x(geo['sdpa_cudnn'])} cuDNN ({_x(min(cudnn))} to {_x(max(cudnn))}), "
+            f"{_x(geo['sdpa_flash'])} FlashAttention-2")
+    if "flex" in geo:
+        text += f", {_x(geo['flex'])} FlexAttention"
+    return textwrap.fill(text + ".", width=110, break_long_words=False, break_on_hyphens=False)
+
+
+def readme_text(results: Path = RESULTS) -> str:
+    """The whole figures block: the Hopper path's sentence (where a result exists), then the sm_80 path's."""
+    hopper = sorted(results.glob("*-hopper-sm_90-*.json"))
+    parts = [hopper_figures(newest_result(results, "sm_90", "hopper"))] if hopper else []
+    return "\n".join(parts + [figures(newest_result(results))])
 
 
 def block(text: str) -> str:
@@ -79,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--write", action="store_true", help="rewrite README.md's figures block")
     mode.add_argument("--check", action="store_true", help="exit 1 when README.md's block is not what is computed")
     args = parser.parse_args(argv)
-    want = figures(newest_result())
+    want = readme_text()
     readme = README.read_text()
     if args.write:
         README.write_text(with_block(readme, want))

@@ -18,7 +18,7 @@ def _script():
 
 def test_readme_figures_come_from_the_newest_committed_result():
     figures = _script()
-    want = figures.figures(figures.newest_result())
+    want = figures.readme_text()
     assert figures.block((ROOT / "README.md").read_text()) == want, (
         "README.md's performance sentence is stale: run python benchmarks/readme_figures.py --write")
 
