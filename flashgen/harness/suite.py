@@ -192,7 +192,7 @@ def compile_suite_kernels(kernels: list[SuiteKernel], arch: str, jobs: int | Non
         usage = {name: u.model_dump(include={"registers", "shared_static_bytes", "spill_store_bytes",
                                              "spill_load_bytes", "stack_frame_bytes"})
                  for name, u in sorted(result.kernels.items())}
-        k.compile = {"arch": arch, "ok": result.ok, "seconds": round(result.seconds, 2), "cache_hit": result.cache_hit,
+        k.compile = {"arch": result.arch, "ok": result.ok, "seconds": round(result.seconds, 2), "cache_hit": result.cache_hit,
                      "resources": usage, "spills": any(u.spills for u in result.kernels.values())}
         if not result.ok:
             k.compile["error"] = result.feedback_text(600)

@@ -11,10 +11,7 @@ share a translation unit; only the ABI header `flashgen_abi.cuh` stays an #inclu
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
 from functools import cache
-from pathlib import Path
 
 import jinja2
 
@@ -23,12 +20,12 @@ from flashgen.errors import UsageError
 from flashgen.targets import Target, resolve_target
 from flashgen.translators.backends import Backend, backend_for, get_backend
 from flashgen.translators.backends.base import BACKENDS_DIR, SHARED_INCLUDE, SHARED_TEMPLATES, tiles_bytes
+from flashgen.translators.backends.headers import inline_headers
 from flashgen.translators.plan import KernelPlan, NormKind, check_expressions
 from flashgen.variant import DType
 
 TEMPLATES = SHARED_TEMPLATES
 INCLUDE_DIR = SHARED_INCLUDE
-_INCLUDE = re.compile(r'^\s*#include\s+"(flashgen/[\w./]+)"\s*$', re.MULTILINE)
 COMBINE_ROWS_PER_BLOCK = 4
 
 __all__ = ["COMBINE_ROWS_PER_BLOCK", "INCLUDE_DIR", "TEMPLATES", "inline_headers", "max_stages", "num_splits_expr",
@@ -68,28 +65,6 @@ def _environment() -> jinja2.Environment:
     loader = jinja2.FileSystemLoader([str(TEMPLATES), str(BACKENDS_DIR)])
     return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-
-
-def inline_headers(source: str, include_dirs: Sequence[Path] = (INCLUDE_DIR,)) -> str:
-    """Replace each `#include "flashgen/x.cuh"` with the header's text (the first of `include_dirs` that has it)
-    behind an include guard."""
-    def find(rel: str) -> Path:
-        for root in include_dirs:
-            if (root / rel).is_file():
-                return root / rel
-        raise UsageError(f"header {rel} not found in {', '.join(map(str, include_dirs))}")
-
-    def expand(text: str, seen: set[str]) -> str:
-        def repl(match: re.Match) -> str:
-            rel = match.group(1)
-            guard = "FG_INLINED_" + re.sub(r"\W", "_", rel).upper()
-            if rel in seen:
-                return ""
-            seen.add(rel)
-            body = find(rel).read_text().replace("#pragma once\n", "")
-            return f"#ifndef {guard}\n#define {guard}\n// ---- {rel} ----\n{expand(body, seen)}\n#endif  // {guard}"
-        return _INCLUDE.sub(repl, text)
-    return expand(source, set())
 
 
 def validate_plan(plan: KernelPlan) -> None:

@@ -8,7 +8,6 @@ normalization) are the plan's C expressions, as on every path.
 
 from __future__ import annotations
 
-import re
 from functools import cache
 from pathlib import Path
 
@@ -17,13 +16,13 @@ import jinja2
 from flashgen.abi import KernelManifest, Launch, TensorMapSpec
 from flashgen.errors import UsageError
 from flashgen.translators.backends.sm90.wgmma import wrappers
+from flashgen.translators.backends.headers import inline_headers
 from flashgen.translators.plan import KernelPlan, NormKind, check_expressions
 from flashgen.variant import DType
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
 INCLUDE_DIRS = (HERE / "include", HERE.parents[1] / "include")
-_INCLUDE = re.compile(r'^\s*#include\s+"(flashgen/[\w./]+)"\s*$', re.MULTILINE)
 _CTYPE = {DType.fp16: "fg::f16", DType.bf16: "fg::bf16"}
 # Registers per thread after setmaxnreg: the producer keeps what address arithmetic needs; the consumers take
 # the rest (128 * (24 + 2 * 240) = 64512 of the SM's 65536).
@@ -77,43 +76,18 @@ def _environment() -> jinja2.Environment:
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
-def inline_headers(source: str) -> str:
-    """Each `#include "flashgen/x.cuh"` replaced by the header (sm90's own, then the shared ones), once."""
-    seen: set[str] = set()
-
-    def expand(text: str) -> str:
-        def repl(match: re.Match) -> str:
-            rel = match.group(1)
-            if rel in seen:
-                return ""
-            seen.add(rel)
-            path = next((d / rel for d in INCLUDE_DIRS if (d / rel).is_file()), None)
-            if path is None:
-                raise UsageError(f"sm90 template includes {rel}, which no include folder holds")
-            guard = "FG_INLINED_" + re.sub(r"\W", "_", rel).upper()
-            body = path.read_text().replace("#pragma once\n", "")
-            return f"#ifndef {guard}\n#define {guard}\n// ---- {rel} ----\n{expand(body)}\n#endif  // {guard}"
-
-        return _INCLUDE.sub(repl, text)
-
-    return expand(source)
-
-
-def render(plan: KernelPlan, *, smem_limit: int, v_desc: tuple[str, str] | None = None) -> tuple[str, KernelManifest]:
-    """CUDA source and manifest of the Hopper kernel for `plan`. `v_desc` overrides the (LBO, SBO) expressions
-    of V's MN-major descriptor (kernel development only)."""
+def render(plan: KernelPlan, *, smem_limit: int) -> tuple[str, KernelManifest]:
+    """CUDA source and manifest of the Hopper kernel for `plan`."""
     validate(plan, smem_limit)
     n_consumers = consumers(plan)
     softmax = plan.norm.kind is NormKind.softmax
-    lbo, sbo = v_desc or ("KV_CHUNK_ELEMS * sizeof(T)", "1024")
     context = dict(
         plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
         chunks=chunks(plan.head_dim), producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers],
         reverse_m=plan.variant.causal, softmax=softmax, raw_scores=softmax and not plan.score_mods,
-        v_lbo=lbo, v_sbo=sbo,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.head_dim,)),
     )
-    source = inline_headers(_environment().get_template("attention_fwd.cu.j2").render(**context))
+    source = inline_headers(_environment().get_template("attention_fwd.cu.j2").render(**context), INCLUDE_DIRS)
     manifest = KernelManifest(
         name=plan.name, arch=plan.target.feature_arch or "sm_90a", dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
         launches=[Launch(kernel=plan.name, grid=(f"cdiv(N, {plan.block_m})", "H", "B"), threads=threads(plan),
