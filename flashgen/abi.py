@@ -9,6 +9,7 @@ runtime sizes, evaluated by `eval_size` (no Python eval).
 from __future__ import annotations
 
 import ctypes
+import json
 import re
 from pathlib import Path
 from typing import Literal
@@ -70,7 +71,7 @@ class KernelManifest(BaseModel):
     reference_tl: str | None = Field(
         default=None,
         description="a full TL program whose fp64 interpretation is the reference, for kernels that compute "
-        "something `variant` does not describe (a custom mask or score function); None: flashgen.reference",
+        "something `variant` does not describe (a custom mask or score function); null: the fp64 reference of `variant`",
     )
     tensor_maps: list[TensorMapSpec] = Field(
         default_factory=list,
@@ -183,3 +184,113 @@ def eval_size(expr: str, sizes: dict[str, int]) -> int:
     if peek() is not None:
         raise ValueError(f"size expression {expr!r}: trailing {peek()[1]!r}")
     return result
+
+
+# ------------------------------------------------------------------ the manifest in words, for a model
+# Both are generated from the pydantic models themselves (model_json_schema, model_fields), so the
+# prompt's definition of the manifest and the feedback on a wrong one cannot drift from the contract.
+
+def _schema_type(schema: dict, defs: dict) -> str:
+    if "$ref" in schema:
+        target = defs[schema["$ref"].rsplit("/", 1)[-1]]
+        return _schema_type(target, defs) if "enum" in target or "const" in target else "object"
+    if "anyOf" in schema:
+        return " or ".join(_schema_type(s, defs) for s in schema["anyOf"])
+    if "const" in schema:
+        return json.dumps(schema["const"])
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"])
+    kind = schema.get("type")
+    if kind == "array":
+        if "prefixItems" in schema:
+            return f"[{', '.join(_schema_type(s, defs) for s in schema['prefixItems'])}]"
+        return f"list of {_schema_type(schema.get('items', {}), defs)}"
+    if kind == "object" and "additionalProperties" in schema and isinstance(schema["additionalProperties"], dict):
+        return f"object of name -> {_schema_type(schema['additionalProperties'], defs)}"
+    text = {"null": "null", "boolean": "bool", "integer": "int", "number": "number", "string": "string"}.get(kind, kind or "any")
+    if "minimum" in schema and "maximum" in schema:
+        return f"{text} {schema['minimum']}..{schema['maximum']}"
+    bounds = [f">= {schema['minimum']}" if "minimum" in schema else "", f"> {schema['exclusiveMinimum']}"
+              if "exclusiveMinimum" in schema else "", f"<= {schema['maximum']}" if "maximum" in schema else ""]
+    return " ".join([text, *(b for b in bounds if b)])
+
+
+def _nested(schema: dict, defs: dict) -> dict | None:
+    for s in (schema, schema.get("items", {}), *schema.get("anyOf", [])):
+        if "$ref" in s and "properties" in defs[s["$ref"].rsplit("/", 1)[-1]]:
+            return defs[s["$ref"].rsplit("/", 1)[-1]]
+        if "items" in s and s is not schema:
+            return _nested(s, defs)
+    return None
+
+
+def _outline(schema: dict, defs: dict, indent: str, lines: list[str]) -> None:
+    required = set(schema.get("required", []))
+    for name, prop in schema.get("properties", {}).items():
+        merged = {**defs.get(prop.get("$ref", "").rsplit("/", 1)[-1], {}), **prop} if "$ref" in prop else prop
+        given = ("required" if name in required else f"default {json.dumps(prop['default'])}" if "default" in prop
+                 else "optional")
+        described = (prop.get("description") or "").split("\n")[0]
+        lines.append(f"{indent}- `{name}`: {_schema_type(prop, defs)}, {given}" + (f"; {described}" if described else ""))
+        if (inner := _nested(merged, defs)) is not None:
+            _outline(inner, defs, indent + "  ", lines)
+
+
+def fields_outline(model: type[BaseModel]) -> str:
+    """Every field of `model` (nested models indented under theirs): type, required or default, description."""
+    schema = model.model_json_schema()
+    lines: list[str] = []
+    _outline(schema, schema.get("$defs", {}), "", lines)
+    return "\n".join(lines)
+
+
+def _field_at(model: type[BaseModel], loc: tuple) -> tuple[str, str]:
+    """(type, description) of the field at `loc`, from the JSON schema; ("", "") where the path leaves it."""
+    schema = model.model_json_schema()
+    defs, node = schema.get("$defs", {}), schema
+    for part in loc:
+        if "$ref" in node:
+            node = defs[node["$ref"].rsplit("/", 1)[-1]]
+        if isinstance(part, int) and "prefixItems" in node:
+            node = node["prefixItems"][min(part, len(node["prefixItems"]) - 1)]
+        elif isinstance(part, int) and "items" in node:
+            node = node["items"]
+        elif isinstance(part, str) and part in node.get("properties", {}):
+            node = node["properties"][part]
+        else:
+            return "", ""
+    if node is schema:
+        return "", ""
+    kind, description = _schema_type(node, defs), (node.get("description") or "").split("\n")[0]
+    if (inner := _nested(node, defs)) is not None:
+        kind += f" with the fields {', '.join(inner['properties'])}"
+    return kind, description
+
+
+def validation_error_lines(exc: Exception, model: type[BaseModel] = None) -> list[str]:  # type: ignore[assignment]
+    """A ValidationError (or a JSON decode error) as one line per problem: which field, what was given, what is
+    expected; no URLs."""
+    from pydantic import ValidationError
+
+    model = model or KernelManifest
+    if isinstance(exc, json.JSONDecodeError):
+        return [f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"]
+    if not isinstance(exc, ValidationError):
+        return [" ".join(str(exc).split())]
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err.get("loc", ()))
+        where = ".".join(str(p) for p in loc) or "(the whole object)"
+        given = json.dumps(err.get("input"), default=str)
+        given = given if len(given) <= 120 else given[:117] + "..."
+        kind, description = _field_at(model, loc)
+        if err.get("type") == "extra_forbidden":
+            lines.append(f"`{where}`: no such field (given {given}); the fields are listed in the manifest schema")
+            continue
+        if err.get("type") == "missing":
+            lines.append(f"`{where}`: missing; expected {kind or 'a value'}" + (f" ({description})" if description else ""))
+            continue
+        expected = f"; expected {kind}" + (f" ({description})" if description else "") if kind else ""
+        message = re.sub(r" or instance of \w+", "", err.get("msg", ""))  # pydantic's class names mean nothing to a model
+        lines.append(f"`{where}`: {message}; given {given}{expected}")
+    return lines

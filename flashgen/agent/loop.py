@@ -4,6 +4,7 @@ or a budget runs out. One linear conversation per phase; every step is persisted
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any, Literal
@@ -11,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from flashgen import prompts
-from flashgen.abi import KernelManifest
+from flashgen.abi import KernelManifest, fields_outline, validation_error_lines
 from flashgen.agent.extract import extract
 from flashgen.agent.messages import ChatMessage, ModelRequest, Provider, Task
 from flashgen.agent.trace import RunTrace
@@ -66,6 +67,9 @@ class LoopState(BaseModel):
     elapsed_s: float = 0.0
     no_code: int = 0
     last_code: dict[str, str] = Field(default_factory=dict, description="the last code extracted per phase")
+    last_also: dict[str, str] = Field(default_factory=dict, description="the rest the last reply gave per phase "
+                                      "(translate: its ```json manifest)")
+    repeats: int = Field(default=0, description="replies in a row that repeated the previous one after a repair prompt")
     best: Candidate | None = None
     status: Literal["running", "done", "budget", "failed"] = "running"
     reason: str = ""
@@ -165,19 +169,37 @@ class Loop:
         self.trace.event("result", {"phase": phase, "ok": False, "repair": stage, **context})
         self._say(phase, [ChatMessage(role="user", content=prompts.render(stage, target=self.target, **context))], stage)
 
-    def _code(self, phase: str, text: str, kind: str) -> str | None:
+    def _repeat(self, phase: str, stage: str, what: str) -> None:
+        """Ask the last repair prompt once more, saying that the reply repeated the previous one."""
+        conversation = self.state.conversations.get(phase, [])
+        asked = next((m.content for m in reversed(conversation) if m.role == "user"), "")
+        self.progress(f"    -> {stage} again (the reply repeated the previous one)")
+        self.trace.event("result", {"phase": phase, "ok": False, "repair": stage, "repeated": True})
+        self._say(phase, [ChatMessage(role="user", content=prompts.render("repeated", what=what, previous=asked))], stage)
+
+    def _code(self, phase: str, text: str, kind: str, also: str = "", what: str = "") -> str | None:
+        """The reply's `kind` code, or None (after a repair prompt or a stop). `also`: the rest of what the step
+        asked for (the translate step's manifest); only a reply identical in the code and in `also` repeats the
+        last one, and a repeat after a repair prompt is asked once more, saying so, before the run stops."""
         s = self.state
         found = extract(text, kind)  # type: ignore[arg-type]
         if found is not None and not found.truncated:
             s.no_code = 0
             stage = s.next_stage.get(phase, phase)
-            repeated = found.code.split() == s.last_code.get(phase, "").split()
-            s.last_code[phase] = found.code
-            if repeated and stage.startswith("repair_") and stage not in ("repair_no_code", "repair_slow"):
-                self._stop("failed", f"the {self.provider.name} provider answered the {stage} feedback with the same "
-                                     f"{kind} code as before")
+            repeated = (found.code.split() == s.last_code.get(phase, "").split()
+                        and also.split() == s.last_also.get(phase, "").split())
+            s.last_code[phase], s.last_also[phase] = found.code, also
+            if not (repeated and stage.startswith("repair_") and stage not in ("repair_no_code", "repair_slow")):
+                s.repeats = 0
+                return found.code
+            what = what or ("LLM-TL" if kind == "tl" else "CUDA")
+            s.repeats += 1
+            if s.repeats > 1:
+                self._stop("failed", f"the {self.provider.name} provider answered the {stage} feedback twice with the "
+                                     f"same {what} as before")
                 return None
-            return found.code
+            self._repeat(phase, stage, what)
+            return None
         s.no_code += 1
         if s.no_code > self.config.max_no_code:
             self._stop("failed", f"{s.no_code} replies in a row had no usable {kind} code")
@@ -215,19 +237,22 @@ class Loop:
 
     def _evaluate_translate(self, text: str) -> None:
         s = self.state
-        if (cuda := self._code("translate", text, "cuda")) is None:
-            return
         manifest_block = extract(text, "json")
+        # the step asks for the CUDA and the manifest: a reply that changes either is a new attempt
+        manifest_text = manifest_block.code if manifest_block is not None else ""
+        if (cuda := self._code("translate", text, "cuda", also=manifest_text, what="CUDA and manifest")) is None:
+            return
         try:
             manifest = (manifest_from_json(manifest_block.code) if manifest_block is not None
                         else self.env.manifest_for(s.tl, self.target))
         except (ValueError, ValidationError) as exc:
-            detail = " ".join(str(exc).split())[:600]
-            return self._repair("translate", "repair_compile", feedback=f"the ```json manifest is invalid: {detail}",
-                                ask_manifest=True)
+            errors = validation_error_lines(exc, KernelManifest)
+            return self._repair("translate", "repair_compile", feedback="the manifest is invalid", ask_manifest=True,
+                                manifest_errors=errors)
         build = self.env.build(cuda, manifest, self.target)
         if not build.ok:
-            return self._repair("translate", "repair_compile", feedback=build.feedback, ask_manifest=False)
+            return self._repair("translate", "repair_compile", feedback=build.feedback, ask_manifest=False,
+                                manifest_errors=[])
         self.trace.event("candidate", {"iteration": s.iterations, "resources": build.resources},
                          artifacts={"kernel.tl": s.tl or "", "kernel.cu": cuda, "manifest.json": manifest.model_dump_json()})
         candidate = Candidate(iteration=s.iterations, sketch=s.sketch or "", tl=s.tl or "", cuda=cuda,
@@ -264,10 +289,12 @@ class Loop:
         if phase == "params":
             return prompts.render("params", tl_reference=self.env.tl_reference(), sketch=self.state.sketch,
                                   hardware=self.env.hardware_facts(target), **common)
-        example_tl, example_cuda = self.env.worked_example(target, t.dtype, t.head_dim)
+        example_tl, example_cuda, example_manifest = self.env.worked_example(target, t.dtype, t.head_dim)
         return prompts.render("translate", tl=self.state.tl, abi_header=self.env.abi_header(),
                               primitives=self.env.primitives_doc(target, t.dtype), example_tl=example_tl,
-                              example_cuda=example_cuda, **common)
+                              example_cuda=example_cuda, manifest_fields=fields_outline(KernelManifest),
+                              example_manifest=json.dumps(example_manifest.model_dump(mode="json"), indent=1),
+                              **common)
 
 
 def _faster(a: Candidate, b: Candidate) -> bool:

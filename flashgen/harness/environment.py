@@ -147,14 +147,15 @@ class Environment:
         return (f"(no primitive documentation found; use mma.sync for {target.arch} with {dtype.value} inputs and "
                 "fp32 accumulation, ldmatrix where available, cp.async on sm_80+)")
 
-    def worked_example(self, target, dtype: DType, head_dim: int) -> tuple[str, str]:
+    def worked_example(self, target, dtype: DType, head_dim: int) -> tuple[str, str, KernelManifest]:
         """A library program and its reference translation, for the stage-2 prompt. The plain
         variant (causal when asking for plain would show the answer verbatim is fine: the prompt
-        says the variant differs only in the masks)."""
+        says the variant differs only in the masks). Returns the TL, the CUDA and the launch manifest."""
         example = Variant(causal=True)
         tl = self.library_tl(example, target, dtype, head_dim, form="full",
                              params=self.choose_params(example, target, dtype, head_dim)[0])
-        return tl, self.translate(tl, target)[0]
+        source, manifest = self.translate(tl, target)
+        return tl, source, manifest
 
     def abi_header(self) -> str:
         return ABI_HEADER.read_text()

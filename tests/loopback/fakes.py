@@ -64,7 +64,7 @@ class FakeEnvironment(Environment):
         return "PRIMITIVES (fake)"
 
     def worked_example(self, target, dtype, head_dim):
-        return full_tl(), cuda()
+        return full_tl(), cuda(), manifest(Variant(causal=True))
 
     def choose_params(self, variant, target, dtype, head_dim):
         return PARAMS
