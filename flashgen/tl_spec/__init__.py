@@ -10,7 +10,7 @@ library.render(variant, dtype=, arch=, params=, form=) -> str; library.load(name
 
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.checker import check
-from flashgen.tl_spec.diagnostics import Diagnostic, TLRuntimeError, TLSyntaxError
+from flashgen.tl_spec.diagnostics import Diagnostic, TLBudgetError, TLRuntimeError, TLSyntaxError
 from flashgen.tl_spec.interpreter import (
     CompareResult,
     InterpretResult,
@@ -24,6 +24,7 @@ __all__ = [
     "CompareResult",
     "Diagnostic",
     "InterpretResult",
+    "TLBudgetError",
     "TLRuntimeError",
     "TLSyntaxError",
     "ast",

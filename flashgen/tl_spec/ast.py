@@ -336,6 +336,46 @@ Kernel.model_rebuild()
 Program.model_rebuild()
 
 
+# Nesting limits (issue 12): the parser refuses deeper input in one line, so that the recursive checker,
+# printer, interpreter and translators never meet a RecursionError. A real kernel nests 3-6 blocks
+# (Kernel, grid loops, the key loop) and its expressions about 6 levels; the limits are far above that
+# and far below Python's recursion limit (1000 frames; each level costs the walkers 2-3 frames).
+MAX_BLOCK_DEPTH = 32
+MAX_EXPR_DEPTH = 64
+
+
+def nesting_problem(program: Program) -> tuple[Any, str] | None:
+    """(node, message) for the first block or expression nested deeper than the limits, else None.
+    Iterative, so it is safe on any input."""
+    stack: list[tuple[Any, int]] = [(s, 1) for s in program.body]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (Kernel, ForLoop)):
+            if depth > MAX_BLOCK_DEPTH:
+                return node, f"blocks nested more than {MAX_BLOCK_DEPTH} deep"
+            stack.extend((s, depth + 1) for s in node.body)
+            parts = [node.start, node.stop] if isinstance(node, ForLoop) else []
+        else:
+            parts = [node]
+        if any(nesting_problem_expr(p) for p in parts):
+            return node, f"an expression nested more than {MAX_EXPR_DEPTH} deep"
+    return None
+
+
+def nesting_problem_expr(expr: Any) -> bool:
+    """True when an expression is nested deeper than MAX_EXPR_DEPTH (iterative)."""
+    todo: list[tuple[Any, int]] = [(expr, 1)]
+    while todo:
+        e, d = todo.pop()
+        if isinstance(e, list):
+            todo.extend((x, d) for x in e)
+        elif isinstance(e, Node):
+            if d > MAX_EXPR_DEPTH:
+                return True
+            todo.extend((v, d + 1) for k, v in e.__dict__.items() if k != "loc")
+    return False
+
+
 def walk_expr(expr: Any):
     """Yield every node of an expression tree (pre-order)."""
     yield expr

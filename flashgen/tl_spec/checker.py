@@ -27,6 +27,13 @@ _EXPECTED_GLOBALS = {
     "V": (["B", "KVH", "M", "D"], "input dtype"), "O": (["B", "H", "N", "D"], "input dtype"),
     "LSE": (["B", "H", "N"], "fp32"),
 }
+# The most iterations a loop may have (issue 12): no loop of an attention kernel runs more often than
+# there are (batch, head, query, key) points, B*H*N*M at the probe sizes above (a flattened grid, a
+# loop over key tiles or splits stays far below it), and never needs more than 2^20 even where that
+# product is small: 2^20 tokens is above the longest sequence any model is run at, and a tile count or
+# split count is smaller still. A literal `range(1000000000)` is refused here instead of making the
+# interpreter spin (its own operation budget stops what the probes cannot see).
+MAX_LOOP_TRIPS = 1 << 20
 _REG_OVERHEAD = 24  # addresses, loop counters, predicates: registers a kernel needs besides its tiles
 
 
@@ -370,9 +377,16 @@ class _Checker:
         for bound in (loop.start, loop.stop):
             if bound is not None:
                 self.names_in(bound, loop, allow_tensors=False)
+        trips = []
         for which in (0, 1):
             lo = self.probe(loop.start, which, loop) if loop.start is not None else None
             probes.append(lo)
+            hi = self.probe(loop.stop, which, loop) if loop.stop is not None else None
+            try:
+                trips.append(None if lo is None or hi is None else float(hi) - float(lo))
+            except (TypeError, ValueError, OverflowError):
+                trips.append(None)
+        self.loop_trips(loop, trips)
         self.scopes.append({})
         # a probe value for the variable: the start, which exists for every non-empty loop
         sym = _Sym(loop.var, "loop", loc=loop.loc, probe=(probes[0], probes[1]))
@@ -386,6 +400,22 @@ class _Checker:
         if not loop.parallel:
             ctx.seq_depth -= 1
         self.scopes.pop()
+
+    def loop_trips(self, loop: ast.ForLoop, trips: list[Any]) -> None:
+        """Refuse a loop that runs more often than any real shape needs (MAX_LOOP_TRIPS)."""
+        hint = "bound it by the sizes: range(cdiv(M, BLOCK_N)), range(B), range(SPLITS)"
+        if trips[0] is not None and trips[0] == trips[1]:  # a count that does not depend on the sizes
+            if trips[0] > MAX_LOOP_TRIPS:
+                self.err(loop, f"loop 'for {loop.var}' runs {trips[0]:.3g} times whatever the shape: beyond any real "
+                               f"shape (a fixed loop count is at most {MAX_LOOP_TRIPS})", hint)
+            return
+        for which, count in enumerate(trips):
+            sizes = _PROBES[which]
+            limit = max(MAX_LOOP_TRIPS, sizes["B"] * sizes["H"] * sizes["N"] * sizes["M"])
+            if count is not None and count > limit:
+                self.err(loop, f"loop 'for {loop.var}' runs {count:.3g} times at B={sizes['B']}, H={sizes['H']}, "
+                               f"N={sizes['N']}, M={sizes['M']}: more than B*H*N*M, beyond any real shape", hint)
+                return
 
     def statement(self, stmt: Any, ctx: _Ctx) -> None:
         if isinstance(stmt, ast.Let):
@@ -747,6 +777,11 @@ def resolve_target(program: ast.Program, target: Any = None) -> Any:
 def check(program: ast.Program, target: Any = None) -> list[Diagnostic]:
     """Every problem in `program` (errors and warnings), in source order. `target` (a Target or its
     name) sets the shared-memory and register budgets; by default the program's arch decides."""
+    if deep := ast.nesting_problem(program):  # the parser refuses these; a program built otherwise stops here
+        node, message = deep
+        loc = node.loc or ast.Loc()
+        return [Diagnostic(file=program.filename, line=loc.line, col=loc.col, message=message,
+                           hint="split the expression over several lines; nest fewer blocks")]
     resolved = resolve_target(program, target)
     checker = _Checker(program, resolved)
     diags = checker.run()

@@ -8,14 +8,11 @@ from pathlib import Path
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-
+from flashgen.console import err, out, styled
 from flashgen.errors import FlashgenError, UsageError, read_text_input
 
 tl_app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                      help="LLM-TL: check, run on the CPU, format; the program library.")
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _parse_file(path: str):
@@ -84,6 +81,9 @@ def run_cmd(
         raise UsageError(f"--shape {shape!r}: {msg}") from None
     except ValueError as exc:
         raise UsageError(f"--shape {shape!r}: {exc}") from None
+    _check_cpu_size(shape, parsed_shape)
+    if not (math.isfinite(tol) and tol >= 0):
+        raise UsageError(f"--tol {tol:g}: must be a finite number >= 0")
     program = _parse_file(file)
     problems = errors_only(check(program))
     if problems:
@@ -101,14 +101,27 @@ def run_cmd(
         out.print(json.dumps(record, indent=2), markup=False)
     else:
         c = result.counts
-        status = "[green]ok[/]" if passed else "[bold red]FAIL[/]"
-        out.print(f"{file}: {status} variant={result.variant} rel_err={result.rel_err:.3e} "
-                  f"max_abs_err={result.max_abs_err:.3e} (tol {tol:g})")
+        status = ("ok", "green") if passed else ("FAIL", "bold red")
+        out.print(styled(f"{file}: ", status, f" variant={result.variant} rel_err={result.rel_err:.3e} "
+                         f"max_abs_err={result.max_abs_err:.3e} (tol {tol:g})"))
         traffic = ", ".join(f"{k}={v / 1e6:.2f}MB" for k, v in sorted(c.bytes.items()))
         out.print(f"  mma {c.mma_flops / 1e6:.1f} MFLOP, vector {c.vector_flops / 1e6:.2f} MFLOP, "
                   f"sfu {c.sfu_ops / 1e6:.2f} M, {traffic}")
     if not passed:
         raise typer.Exit(1)
+
+
+# The CPU run holds whole fp64 arrays (Q, K, V, O, and one head's N x M scores in the reference): each at most
+# this many values (1 GiB), so that a giant --shape is one line, not a MemoryError after minutes.
+MAX_CPU_ARRAY_VALUES = 1 << 27
+
+
+def _check_cpu_size(text: str, s) -> None:
+    sizes = {"B*H*N*D": s.B * s.H * s.N * s.D, "B*KVH*M*D": s.B * s.kv_heads * s.M * s.D, "N*M": s.N * s.M}
+    name, biggest = max(sizes.items(), key=lambda kv: kv[1])
+    if biggest > MAX_CPU_ARRAY_VALUES:
+        raise UsageError(f"--shape {text!r}: {name} = {biggest} values; a CPU run allows at most "
+                         f"{MAX_CPU_ARRAY_VALUES} per array (1 GiB of fp64), use smaller sizes")
 
 
 def _finite_or_none(x: float) -> float | None:

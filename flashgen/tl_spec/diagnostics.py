@@ -47,3 +47,8 @@ class TLRuntimeError(FlashgenError):
     with no value, a shape that does not match). The message starts with FILE:LINE:COL."""
 
     exit_code = 1
+
+
+class TLBudgetError(TLRuntimeError):
+    """The interpreter stopped a program that does far more work than its shape needs (its operation
+    budget, `interpreter.op_budget`) or that would allocate an array past its size limit."""

@@ -30,11 +30,27 @@ from flashgen.errors import UsageError
 from flashgen.reference import attention, random_inputs
 from flashgen.roofline import OpCounts
 from flashgen.tl_spec import ast
-from flashgen.tl_spec.diagnostics import TLRuntimeError
+from flashgen.tl_spec.diagnostics import TLBudgetError, TLRuntimeError
 from flashgen.variant import DType, Shape, default_scale
 
 INPUT_NAMES = ("Q", "K", "V")
 OUTPUT_NAMES = ("O", "LSE")
+
+# The operation budget (issue 12): a program may do at most BUDGET_FACTOR times the work of a full
+# attention at the run's shape, counted in element operations: every statement costs G (grid points)
+# times the elements it writes (a GEMM m*n*k per point), every statement and loop iteration at least
+# STEP_UNITS (the Python cost of one step, about what numpy does in the same time). Tiles up to 256
+# rows pad N and M; the library uses about 3 units per B*H*(N+256)*(M+256)*(D+16) and the largest
+# custom programs a few times that, so 32x leaves room while `range(1000000000)` stops in seconds.
+BUDGET_FACTOR = 32
+STEP_UNITS = 4096
+# the largest array the interpreter allocates (a global tensor, a grid of local tiles): 2 GiB of float64
+MAX_ARRAY_ELEMENTS = 1 << 28
+
+
+def op_budget(shape: Shape) -> float:
+    """The interpreter's operation budget at `shape` (element operations, see BUDGET_FACTOR)."""
+    return float(BUDGET_FACTOR * shape.B * shape.H * (shape.N + 256) * (shape.M + 256) * (shape.D + 16))
 
 
 class InterpretResult(BaseModel):
@@ -103,6 +119,9 @@ class _Run:
         self.program = program
         self.shape = shape
         self.counter = _Counter()
+        self.budget = op_budget(shape)
+        self.used = 0.0
+        self.running: list[ast.ForLoop] = []  # the sequential loops now running, innermost last
         t = program.target
         assert t is not None and program.variant is not None
         self.constants: dict[str, float | int] = dict(ast.CONSTANTS)
@@ -125,12 +144,30 @@ class _Run:
                     raise self.error(alloc, f"input {alloc.name} has shape {list(data.shape)} but is declared "
                                             f"{list(dims)}")
             else:
+                self._array_cap(math.prod(dims), alloc, f"global tensor {alloc.name} {list(dims)}")
                 data = np.full(dims, np.nan)
             self.globals[alloc.name] = _Buffer(alloc.name, ast.Level.global_, alloc.dtype or t.dtype, dims, data)
 
     # ------------------------------------------------------------------ helpers
     def error(self, node: Any, message: str) -> TLRuntimeError:
         return TLRuntimeError(f"{_where(node, self.program)}: {message}")
+
+    def charge(self, units: float, node: Any) -> None:
+        """Count `units` element operations against the budget; raises TLBudgetError past it."""
+        self.used += max(float(units), STEP_UNITS)
+        if self.used > self.budget:
+            where = self.running[-1] if self.running else node
+            what = f"loop 'for {where.var}'" if isinstance(where, ast.ForLoop) else "this statement"
+            s = self.shape
+            raise TLBudgetError(
+                f"{_where(where, self.program)}: the interpreter's operation budget of {self.budget:.2g} element "
+                f"operations ({BUDGET_FACTOR}x a full attention at B={s.B},H={s.H},N={s.N},M={s.M},D={s.D}) was "
+                f"used up in {what}: a loop runs far more often, or a tile is far larger, than the shape needs")
+
+    def _array_cap(self, elements: int, node: Any, what: str) -> None:
+        if elements > MAX_ARRAY_ELEMENTS:
+            raise TLBudgetError(f"{_where(node, self.program)}: {what} would hold {elements:.3g} values; the "
+                                f"interpreter's limit is {MAX_ARRAY_ELEMENTS:.3g} (2 GiB) per array")
 
     def _static_int(self, expr: Any, node: Any) -> int:
         value = self.eval(expr, 0, node)
@@ -257,6 +294,9 @@ class _Run:
         start = np.broadcast_to(np.asarray(start, dtype=np.int64), (self.G,))
         stop = np.broadcast_to(np.asarray(stop, dtype=np.int64), (self.G,))
         counts = np.maximum(stop - start, 0)
+        total = int(counts.sum())
+        self._array_cap(total, loop, f"the grid ({total} points)")
+        self.charge(total, loop)
         owner = np.repeat(np.arange(self.G), counts)
         offset = np.arange(owner.size) - np.repeat(np.cumsum(counts) - counts, counts)
         self.scalars = {k: (v[owner] if isinstance(v, np.ndarray) else v) for k, v in self.scalars.items()}
@@ -273,6 +313,7 @@ class _Run:
         for stmt in stmts:
             if isinstance(stmt, ast.Comment):
                 continue
+            self.charge(self.G, stmt)
             if isinstance(stmt, ast.Let):
                 self._let(stmt, active)
             elif isinstance(stmt, ast.Allocate):
@@ -302,8 +343,16 @@ class _Run:
             raise self.error(loop, "a sketch loop (free text) cannot run")
         start = self._index_values(self.eval(loop.start, 0, loop), loop.start, active)
         stop = self._index_values(self.eval(loop.stop, 0, loop), loop.stop, active)
+        self.running.append(loop)
+        try:
+            self._loop_range(loop, start, stop, active)
+        finally:
+            self.running.pop()
+
+    def _loop_range(self, loop: ast.ForLoop, start: Any, stop: Any, active: np.ndarray | None) -> None:
         if not isinstance(start, np.ndarray) and not isinstance(stop, np.ndarray):
             for it in range(start, stop):
+                self.charge(self.G, loop)
                 self.scalars[loop.var] = it
                 self._block(loop.body, active)
             return
@@ -314,6 +363,7 @@ class _Run:
             return
         lo, hi = int(start_a[live].min()), int(stop_a[live].max())
         for it in range(lo, hi):
+            self.charge(self.G, loop)
             inner = live & (start_a <= it) & (it < stop_a)
             if not inner.any():
                 continue
@@ -329,11 +379,17 @@ class _Run:
         dims = tuple(self._static_int(e, stmt) for e in stmt.shape)
         if len(dims) not in (1, 2):
             raise self.error(stmt, "a shared or register tensor has 1 dim (a row vector) or 2 dims (a tile)")
+        if min(dims) < 0:
+            raise self.error(stmt, f"a negative shape {list(dims)}")
+        elements = self.G * math.prod(dims)
+        self._array_cap(elements, stmt, f"'{stmt.name}' {list(dims)} over {self.G} grid points")
+        self.charge(elements, stmt)
         self.locals[stmt.name] = _Buffer(stmt.name, stmt.level, stmt.dtype, dims, np.full((self.G, *dims), np.nan))
 
     def _write(self, buf: _Buffer, value: Any, active: np.ndarray | None, node: Any) -> None:
         value = np.asarray(value, dtype=np.float64)
         target_shape = (self.G, *buf.shape)
+        self.charge(math.prod(target_shape), node)
         try:
             value = np.broadcast_to(value, target_shape)
         except ValueError:
@@ -475,6 +531,7 @@ class _Run:
         kb, n = (b_buf.shape[1], b_buf.shape[0]) if stmt.b.transposed else b_buf.shape
         if k != kb or c_buf.shape != (m, n):
             raise self.error(stmt, f"GEMM shapes do not match: [{m}, {k}] @ [{kb}, {n}] -> {list(c_buf.shape)}")
+        self.charge(float(self.G) * m * n * k, stmt)
         product = np.matmul(a, b)
         self._write(c_buf, c_buf.data + product if stmt.accumulate else product, active, stmt)
         if not stmt.accumulate or c_buf.rows is None:
@@ -522,6 +579,7 @@ class _Run:
             if cols is None and rank == 2 and len(other.shape) == 2 and other.cols is not None \
                     and other.shape[1] == buf.shape[1]:
                 cols = other.cols
+        self.charge(float(self.G) * math.prod(buf.shape) * sum(1 for _ in ast.walk_expr(stmt.expr)), stmt)
         with np.errstate(all="ignore"):
             value = self.eval(stmt.expr, rank, stmt, (rows, cols))
         value = np.asarray(value, dtype=np.float64)
@@ -572,6 +630,8 @@ def interpret(program: ast.Program, shape: Shape, seed: int = 0, inputs: dict[st
     """Run a full TL program on random (seeded) or given inputs Q, K, V; returns O (and LSE where declared)."""
     _runnable(program)
     assert program.target is not None
+    if deep := ast.nesting_problem(program):
+        raise TLRuntimeError(f"{_where(deep[0], program)}: {deep[1]}")
     if shape.D != program.target.head_dim:
         raise UsageError(f"{program.filename}: the program is written for head_dim {program.target.head_dim}, "
                          f"the shape has D={shape.D}")

@@ -283,6 +283,16 @@ for _rule, _op in {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne
     setattr(_ToAst, _rule, _binary_rule(_op))
 
 
+def _tree_depth(tree: Tree) -> int:
+    """Depth of a lark tree, iteratively (the transformer that follows recurses once per level)."""
+    deepest, todo = 0, [(tree, 1)]
+    while todo:
+        node, depth = todo.pop()
+        deepest = max(deepest, depth)
+        todo.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
+    return deepest
+
+
 class _Diag(Exception):
     def __init__(self, col: int, message: str, hint: str | None = None):
         super().__init__(message)
@@ -383,7 +393,12 @@ def parse(text: str, filename: str = "<tl>") -> ast.Program:
             sketch = first_word != "Target"
         try:
             try:
-                kind, payload, loc = _ToAst(line_no).transform(_parse_line(code))
+                tree = _parse_line(code)
+                if _tree_depth(tree) > ast.MAX_EXPR_DEPTH:
+                    raise _Diag(len(code) - len(code.lstrip()) + 1,
+                                f"expression nested too deeply (more than {ast.MAX_EXPR_DEPTH} levels)",
+                                "split it over several Compute or Let lines")
+                kind, payload, loc = _ToAst(line_no).transform(tree)
             except UnexpectedInput as exc:
                 if sketch and (m := _FREE_FOR.match(code)):
                     node = ast.ForLoop(var=m.group(2), parallel=bool(m.group(3)), text=m.group(4),
@@ -434,6 +449,9 @@ def parse(text: str, filename: str = "<tl>") -> ast.Program:
             elif kind == "open":
                 emit(payload)
                 stack.append(payload)
+                if len(stack) == ast.MAX_BLOCK_DEPTH + 1:  # reported once; the block still pairs with its `end`
+                    raise _Diag(loc.col, f"blocks nested too deeply (more than {ast.MAX_BLOCK_DEPTH} levels of "
+                                         f"for/Kernel)", "a kernel needs a few grid loops and one key loop")
             elif kind == "end":
                 if not stack:
                     raise _Diag(loc.col, "`end` without an open `for` or `Kernel`", FORMS["end"])
@@ -460,6 +478,10 @@ def parse(text: str, filename: str = "<tl>") -> ast.Program:
         line = node.loc.line if node.loc else 1
         diag(line, node.loc.col if node.loc else 1, f"`{what}` opened here has no `end` (truncated file?)",
              "close every for/Kernel block with `end`")
+    if not diags and (deep := ast.nesting_problem(program)):
+        node, message = deep
+        diag(node.loc.line if node.loc else 1, node.loc.col if node.loc else 1, message,
+             "split the expression over several lines; nest fewer blocks")
     if diags:
         raise TLSyntaxError(diags)
     return program

@@ -127,6 +127,11 @@ def _body(stmts: list[Any], depth: int) -> list[str]:
 
 def format_program(program: ast.Program) -> str:
     """The canonical text of a program (two-space indentation, one statement per line)."""
+    if deep := ast.nesting_problem(program):  # the parser refuses these; a program built otherwise stops here
+        from flashgen.tl_spec.diagnostics import Diagnostic, TLSyntaxError
+
+        loc = deep[0].loc or ast.Loc()
+        raise TLSyntaxError([Diagnostic(file=program.filename, line=loc.line, col=loc.col, message=deep[1])])
     lines: list[str] = []
     if program.target is not None:
         t = program.target
