@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from flashgen.abi import KernelManifest
-from flashgen.errors import FlashgenError, UsageError
+from pydantic import ValidationError
+
+from flashgen.errors import FlashgenError, UsageError, pydantic_message
 from flashgen.variant import DType, Variant, make_variant, parse_dtype
 
 __all__ = ["DEFAULT_DTYPE", "DEFAULT_GPU", "DEFAULT_HEAD_DIM", "Kernel", "default_out_dir", "generate", "make_variant",
@@ -66,6 +68,28 @@ class Kernel:
         return f"Kernel({m.name}, {m.arch}, {m.dtype.value}, d={m.head_dim}, verified={self.verified})"
 
 
+def check_out_dir(out: str | Path, name: str = "out") -> None:
+    """Refuse an output folder that cannot be written (an existing file, a read-only folder) before any work,
+    as one line naming `name` (the CLI passes '--out'); it is created only when the kernel is written."""
+    import os
+    import tempfile
+
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{name} {out}: is an existing file, expected a folder (new or existing)")
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{name} {out}: {probe} is a file, so the folder cannot be created")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".flashgen-probe-", dir=probe))
+    except OSError as exc:
+        raise UsageError(f"{name} {out}: folder not writable ({probe}: {exc.strerror or exc})") from None
+
+
 def default_out_dir(target_name: str, dtype: DType, variant: Variant, head_dim: int) -> Path:
     return Path("generated") / target_name / dtype.value / f"{variant.name}_d{head_dim}"
 
@@ -106,10 +130,16 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
         variant = make_variant(causal=causal, window=window, alibi=alibi, softcap=softcap, norm=norm, lse=lse,
                                kv_group=kv_group)
         env.check_supported(variant, target, dtype_value, head_dim)
+        if out is not None:
+            check_out_dir(out)
         task = Task(variant=variant, target=target.name, arch=target.arch, dtype=dtype_value, head_dim=head_dim)
-        config = LoopConfig(task=task, goal_speedup=goal_speedup,
-                            budget=Budget(max_iters=max_iters, max_tokens=max_tokens, max_cost_usd=max_cost_usd,
-                                          max_wall_s=max_wall_s))
+        try:
+            config = LoopConfig(task=task, goal_speedup=goal_speedup,
+                                budget=Budget(max_iters=max_iters, max_tokens=max_tokens, max_cost_usd=max_cost_usd,
+                                              max_wall_s=max_wall_s))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise UsageError(f"{first['loc'][-1]}={first.get('input')!r}: {pydantic_message(first)}") from None
         info = {"name": provider, "model": model, "base_url": base_url}
         result = run_loop(config, provider_from(info), env=env, store=store, provider_info=info, progress=progress)
     task = result.task

@@ -6,17 +6,25 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.console import Console
 
+from flashgen import __version__
+from flashgen.console import err as err_console
+from flashgen.console import error_line
 from flashgen.errors import FlashgenError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Generate, check, verify and benchmark FlashAttention kernels.")
-err_console = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"flashgen {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
     """Generate, check, verify and benchmark FlashAttention kernels."""
 
 
@@ -42,13 +50,13 @@ def main() -> None:
     try:
         app()  # standalone: typer prints its own usage errors and exits 2
     except FlashgenError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(error_line(exc))
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
     except Exception as exc:  # anything unforeseen is still one line, never a traceback
-        err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}", highlight=False, soft_wrap=True)
+        err_console.print(error_line(f"{type(exc).__name__}: {exc}", "internal error"))
         sys.exit(3)
 
 

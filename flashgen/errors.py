@@ -57,3 +57,28 @@ def read_text_input(path: str) -> str:
     if not text.strip():
         raise InputError(f"{path}: empty file")
     return text
+
+
+def check_option(flag: str, value, model, field: str) -> None:
+    """Refuse a command-line value that `model.field` would refuse, as one line naming the flag and the allowed
+    range ('--goal -1: must be greater than 0'); the range itself stays in the model (one place per fact)."""
+    from typing import Annotated
+
+    from pydantic import TypeAdapter, ValidationError
+
+    info = model.model_fields[field]
+    try:
+        TypeAdapter(Annotated[info.annotation, info]).validate_python(value)
+    except ValidationError as exc:
+        raise UsageError(f"{flag} {shown(value)}: {pydantic_message(exc.errors()[0])}") from None
+
+
+def shown(value) -> str:
+    """A flag's value as a user would have typed it (-1, not -1.0)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def pydantic_message(error: dict) -> str:
+    """A pydantic error's message as the tail of a one-line usage error ('must be greater than 0')."""
+    msg = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    return msg.replace("Input should be", "must be", 1)

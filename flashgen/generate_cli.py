@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 from flashgen import variant_options as opts
+from flashgen.console import err as console
+from flashgen.console import styled
 from flashgen.api import DEFAULT_DTYPE, DEFAULT_GPU, DEFAULT_HEAD_DIM
 from flashgen.errors import UsageError
 
@@ -43,24 +44,34 @@ def register(app: typer.Typer) -> None:
         from flashgen.harness.environment import Environment
         from flashgen.api import default_out_dir, generate, parse_dtype
 
-        console = Console(stderr=True)
+        from flashgen.agent.loop import Budget, LoopConfig
+        from flashgen.api import check_out_dir
+        from flashgen.errors import check_option
+
+        # every flag is checked here, before any work: one line naming the flag and its allowed range
         group = opts.kv_group_from(kv_heads, heads, kv_group)
-        if max_iters < 1:
-            raise UsageError(f"--max-iters must be at least 1, got {max_iters}")
+        for flag, field, value in (("--max-iters", "max_iters", max_iters), ("--max-tokens", "max_tokens", max_tokens),
+                                   ("--max-cost", "max_cost_usd", max_cost), ("--max-wall", "max_wall_s", max_wall)):
+            check_option(flag, value, Budget, field)
+        check_option("--goal", goal, LoopConfig, "goal_speedup")
+        if head_dim < 1:
+            raise UsageError(f"--head-dim {head_dim}: must be a positive integer")
         env = Environment()
-        if resume is None and out is None:
+        if resume is None:
             target = env.target(gpu)
             variant = opts.variant_from_options(causal=causal, window=window, alibi=alibi, softcap=softcap,
                                                 kv_heads=kv_heads, heads=heads, kv_group=kv_group, norm=norm,
                                                 lse=lse)
-            out = default_out_dir(target.name, parse_dtype(dtype), variant, head_dim)
+            if out is None:
+                out = default_out_dir(target.name, parse_dtype(dtype), variant, head_dim)
         if resume is not None and out is None:
             raise UsageError("--resume needs --out (where the finished kernel goes)")
+        check_out_dir(out, "--out")
 
         with console.status("generating ...") as status:
             def progress(message: str) -> None:
-                console.print(message, highlight=False)
-                status.update(message)
+                console.print(message)
+                status.update(styled(message))
 
             kernel = generate(gpu=gpu, dtype=dtype, head_dim=head_dim, causal=causal, window=window, alibi=alibi,
                               softcap=softcap, kv_group=group, norm=norm, lse=lse, provider=provider, model=model,
@@ -68,12 +79,12 @@ def register(app: typer.Typer) -> None:
                               max_wall_s=max_wall, goal_speedup=goal, out=out, resume=resume, env=env,
                               progress=progress)
         ver = kernel.meta.get("verification", {})
-        console.print(f"[bold green]wrote[/] {out}/  (run {kernel.run_id})", highlight=False)
+        console.print(styled(("wrote", "bold green"), f" {out}/  (run {kernel.run_id})"))
         if not ver.get("ran"):
-            console.print("[yellow]verification did not run[/]: no GPU here; the TL was checked on the CPU against "
-                          "the fp64 reference and the CUDA compiled.", highlight=False)
+            console.print(styled(("verification did not run", "yellow"), ": no GPU here; the TL was checked on the "
+                                 "CPU against the fp64 reference and the CUDA compiled."))
         roof = kernel.meta.get("roofline")
         if roof:
             console.print(f"roofline lower bound at {roof['shape']}: {roof['time_s'] * 1e3:.3g} ms "
-                          f"({roof['bound']}-bound, {roof.get('tflops_at_bound', 0):.0f} TFLOP/s)", highlight=False)
+                          f"({roof['bound']}-bound, {roof.get('tflops_at_bound', 0):.0f} TFLOP/s)")
 

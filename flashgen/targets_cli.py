@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from flashgen.console import out
 
 
 def _rate(value: float | None) -> str:
@@ -33,7 +34,7 @@ def register(app: typer.Typer) -> None:
             for shape in target.mma:
                 table.add_row("mma", f"{shape.instruction} {'/'.join(shape.input_dtypes)} -> {shape.accumulate}"
                               + (f" (needs {shape.requires_arch})" if shape.requires_arch else ""))
-            Console().print(table)
+            out.print(table)
             return
         if as_json:
             typer.echo(json.dumps({key: t.model_dump(mode="json") for key, t in TARGETS.items()}, indent=2))
@@ -47,4 +48,4 @@ def register(app: typer.Typer) -> None:
                           f"{t.l2_bytes // (1024 * 1024)}", _rate(t.peak_tflops.get("fp16")),
                           _rate(t.peak_tflops.get("bf16")), _rate(t.peak_tflops.get("tf32")),
                           _rate(t.peak_tflops.get("fp32")), f"{t.mem_bandwidth_gbs:g}")
-        Console().print(table)
+        out.print(table)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from flashgen.errors import UsageError
 
@@ -54,6 +54,14 @@ class Variant(BaseModel):
     kv_group: int = Field(default=1, ge=1, description="query heads per kv head: 1 = MHA, H = MQA")
     return_lse: bool = False
     split_kv: bool = False
+
+    @field_validator("softcap", mode="before")
+    @classmethod
+    def _finite_softcap(cls, value):
+        # C * tanh(s / C): C = inf or nan would give a NaN reference that "passes"
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not (math.isfinite(value) and value > 0):
+            raise ValueError("must be a finite number greater than 0")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Variant:
@@ -141,8 +149,12 @@ def alibi_slope(head: int, heads: int) -> float:
 # From the words a user types (CLI flags, flashgen.generate's arguments); a bad one is a UsageError (one line)
 
 def make_variant(*, causal: bool = False, window: int | None = None, alibi: bool = False,
-                 softcap: float | None = None, norm: str = "softmax", lse: bool = False, kv_group: int = 1) -> Variant:
-    """A Variant from the CLI's flags; an impossible combination is a UsageError (one line)."""
+                 softcap: float | None = None, norm: str = "softmax", lse: bool = False, kv_group: int = 1,
+                 names: dict[str, str] | None = None) -> Variant:
+    """A Variant from the CLI's flags; an impossible combination is a UsageError (one line), a refused field
+    named by `names` (field -> flag, e.g. softcap -> --softcap) with the value given and its allowed range."""
+    from flashgen.errors import pydantic_message, shown
+
     try:
         norm_value = Norm(norm)
     except ValueError:
@@ -152,9 +164,11 @@ def make_variant(*, causal: bool = False, window: int | None = None, alibi: bool
                        return_lse=lse, kv_group=kv_group)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(x) for x in first.get("loc", ()) if x)
-        raise UsageError(f"unsupported variant: {(where + ': ') if where else ''}"
-                         f"{first['msg'].removeprefix('Value error, ')}") from None
+        loc = [str(x) for x in first.get("loc", ()) if x]
+        if len(loc) == 1:  # one field's value: name it as given
+            where = (names or {}).get(loc[0], loc[0])
+            raise UsageError(f"{where} {shown(first.get('input'))}: {pydantic_message(first)}") from None
+        raise UsageError(f"unsupported variant: {pydantic_message(first)}") from None
 
 
 def parse_dtype(dtype: str | DType) -> DType:

@@ -26,12 +26,16 @@ def kv_group_from(kv_heads: int | None, heads: int | None, kv_group: int | None)
     if kv_heads is None:
         if heads is not None:
             raise UsageError("--heads only matters with --kv-heads")
-        return kv_group or 1
+        return 1 if kv_group is None else kv_group
     if kv_group is not None:
         raise UsageError("give --kv-heads (with --heads) or --kv-group, not both")
     if heads is None:
         raise UsageError("--kv-heads K needs --heads H (the kernel is built for the group size H / K)")
-    if kv_heads < 1 or heads % kv_heads:
+    if heads < 1:
+        raise UsageError(f"--heads {heads}: must be at least 1")
+    if kv_heads < 1:
+        raise UsageError(f"--kv-heads {kv_heads}: must be at least 1")
+    if heads % kv_heads:
         raise UsageError(f"--heads {heads} is not a multiple of --kv-heads {kv_heads}")
     return heads // kv_heads
 
@@ -40,4 +44,9 @@ def variant_from_options(*, causal: bool, window: int | None, alibi: bool, softc
                          kv_heads: int | None, heads: int | None, kv_group: int | None, norm: str,
                          lse: bool) -> Variant:
     return make_variant(causal=causal, window=window, alibi=alibi, softcap=softcap, norm=norm, lse=lse,
-                        kv_group=kv_group_from(kv_heads, heads, kv_group))
+                        kv_group=kv_group_from(kv_heads, heads, kv_group), names=FLAGS)
+
+
+# the flag of each Variant field, so that a refused value is named as the user typed it
+FLAGS = {"causal": "--causal", "window": "--window", "alibi": "--alibi", "softcap": "--softcap", "norm": "--norm",
+         "kv_group": "--kv-group", "return_lse": "--lse"}

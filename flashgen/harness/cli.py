@@ -6,13 +6,11 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from flashgen.console import out as console
+from flashgen.console import styled
 from flashgen.errors import FlashgenError, InputError, UsageError, read_text_input
-
-console = Console()
 
 
 def load_kernel_dir(path: str):
@@ -55,6 +53,7 @@ def register(app: typer.Typer) -> None:
         from flashgen.harness.store import Store
         from flashgen.harness.worker import GpuWorker, have_gpu
 
+        _positive("--timeout", timeout)
         kernel = load_kernel_dir(kernel_dir)
         if not have_gpu():
             raise UsageError("no CUDA GPU here (cupy cannot see a device): verification runs kernels")
@@ -66,8 +65,8 @@ def register(app: typer.Typer) -> None:
             report = worker.verify(kernel, seed=seed)
         store.add_event(run_id, "verify", report.model_dump(mode="json"), {"summary.txt": report.summary})
         store.finish_run(run_id, "ok" if report.ok else "failed", {"ok": report.ok})
-        console.print(report.summary, highlight=False, soft_wrap=True, markup=False)
-        console.print(f"[dim]recorded as run {run_id}[/]")
+        console.print(report.summary)
+        console.print(f"recorded as run {run_id}", style="dim")
         if not report.ok:
             raise typer.Exit(1)
 
@@ -99,6 +98,9 @@ def register(app: typer.Typer) -> None:
         """Benchmark kernels beside torch SDPA (flash / efficient / cudnn) and FlexAttention; with
         `--suite fa2` and no kernel directories, build our kernels for the whole suite and time them;
         `flashgen bench report RESULTS.json... --doc docs/performance.md` renders suite results."""
+        _positive("--timeout", timeout)
+        if min_time is not None:
+            _positive("--min-time", min_time)
         dirs = list(kernel_dirs or [])
         if dirs and dirs[0] == "report":
             return _report(dirs[1:], doc)
@@ -155,8 +157,8 @@ def register(app: typer.Typer) -> None:
                     report = worker.verify(kernel)
                     store.add_event(run_id, "verify", report.model_dump(mode="json"), {"summary.txt": report.summary})
                     if not report.ok:
-                        console.print(f"[red]{escape(kernel.label)} fails verification; not timed[/]")
-                        console.print(report.summary, highlight=False, markup=False)
+                        console.print(f"{kernel.label} fails verification; not timed", style="red")
+                        console.print(report.summary)
                         continue
                 runnable.append(kernel)
             if not runnable:
@@ -174,7 +176,7 @@ def register(app: typer.Typer) -> None:
         _write_text(path, merged.model_dump_json(indent=2))
         store.finish_run(run_id, "ok", {"json": str(path)})
         print_bench(merged)
-        console.print(f"[dim]wrote {path}; recorded as run {run_id}[/]")
+        console.print(f"wrote {path}; recorded as run {run_id}", style="dim")
 
     @runs_app.command("list")
     def runs_list(kind: str = typer.Option(None, help="only runs of this kind"),
@@ -182,11 +184,13 @@ def register(app: typer.Typer) -> None:
         """List recorded runs."""
         from flashgen.harness.store import Store
 
+        if limit < 1:
+            raise UsageError(f"--limit {limit}: must be at least 1")
         table = Table(title=f"flashgen runs ({Store().home})")
         for col in ("id", "kind", "status", "created", "meta"):
             table.add_column(col)
         for r in Store().runs(kind=kind, limit=limit):
-            table.add_row(str(r.id), r.kind, r.status, r.created, escape(json.dumps(r.meta)[:80]))
+            table.add_row(str(r.id), r.kind, r.status, r.created, json.dumps(r.meta)[:80])
         console.print(table)
 
     @runs_app.command("show")
@@ -196,16 +200,22 @@ def register(app: typer.Typer) -> None:
 
         store = Store()
         r = store.run(run_id)
-        console.print(f"[bold]run {r.id}[/] {r.kind} [{r.status}] created {r.created} finished {r.finished or '-'}")
-        console.print(f"meta: {json.dumps(r.meta)[:500]}", highlight=False, markup=False)
+        console.print(styled((f"run {r.id}", "bold"), f" {r.kind} [{r.status}] created {r.created} "
+                             f"finished {r.finished or '-'}"))
+        console.print(f"meta: {json.dumps(r.meta)[:500]}")
         if r.summary is not None:
-            console.print(f"summary: {json.dumps(r.summary)[:500]}", highlight=False, markup=False)
+            console.print(f"summary: {json.dumps(r.summary)[:500]}")
         table = Table()
         for col in ("#", "step", "created", "payload", "artifacts"):
             table.add_column(col)
         for e in store.events(run_id):
-            table.add_row(str(e.seq), e.step, e.created, escape(json.dumps(e.payload)[:160]), "\n".join(e.artifacts.values()))
+            table.add_row(str(e.seq), e.step, e.created, json.dumps(e.payload)[:160], "\n".join(e.artifacts.values()))
         console.print(table)
+
+
+def _positive(flag: str, seconds: float) -> None:
+    if not seconds > 0:  # nan too
+        raise UsageError(f"{flag} {seconds:g}: must be a number of seconds greater than 0")
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -265,10 +275,10 @@ def _suite(suite: str, gpu: str | None, arch_path: str | None, select: str | Non
     _write_text(path, "{}")  # fail early on an unwritable path, not after minutes of timing
     result = suite_mod.run_suite(gpu, suite, arch_path, select=select, baselines=baselines, flex=flex_mode,
                                  min_time_s=min_time, jobs=jobs, job_timeout_s=timeout, out=path,
-                                 progress=lambda msg: console.print(f"[dim]{escape(msg)}[/]"))
+                                 progress=lambda msg: console.print(msg, style="dim"))
     for line in suite_mod.summary_lines(result):
-        console.print(line, highlight=False, markup=False)
-    console.print(f"[dim]wrote {path}[/]")
+        console.print(line)
+    console.print(f"wrote {path}", style="dim")
     if result.summary.timed == 0:
         raise FlashgenError(f"no shape of the suite was timed (see {path})")
 
@@ -284,12 +294,12 @@ def _report(paths: list[str], doc: str | None) -> None:
     if doc:
         _write_text(Path(doc), text)
     else:
-        console.print(text, highlight=False, markup=False, soft_wrap=True)
+        console.print(text)
     for result in results:
         for line in suite_mod.summary_lines(result):
-            console.print(line, highlight=False, markup=False)
+            console.print(line)
     if doc:
-        console.print(f"[dim]wrote {doc}[/]")
+        console.print(f"wrote {doc}", style="dim")
 
 
 def print_compiled(kernels) -> None:
@@ -303,7 +313,7 @@ def print_compiled(kernels) -> None:
         problem = k.build_error or k.compile.get("error") or ""
         table.add_row(k.dtype, k.variant, str(k.head_dim), k.arch or "-", k.compile.get("arch", "-"),
                       str(res.get("registers", "-")), str(res.get("shared_static_bytes", "-")),
-                      str(spill) if res else "-", str(k.compile.get("seconds", "-")), escape(problem.splitlines()[0][:80]
+                      str(spill) if res else "-", str(k.compile.get("seconds", "-")), str(problem.splitlines()[0][:80]
                                                                                              if problem else ""))
     console.print(table)
 
@@ -319,11 +329,11 @@ def print_bench(report) -> None:
         ref = ours[0].stats.median_ms if ours else None
         for e in entries:
             if e.stats is None:
-                table.add_row(dtype, variant, shape, e.name, "-", "-", "-", "-", "-", escape((e.skipped or e.error or "")[:70]))
+                table.add_row(dtype, variant, shape, e.name, "-", "-", "-", "-", "-", (e.skipped or e.error or "")[:70])
                 continue
             ratio = f"{e.stats.median_ms / ref:.2f}" if ref and e.kind == "baseline" else ""
             note = ("UNDERTIMED: " + e.stats.note) if e.stats.undertimed else e.note
             table.add_row(dtype, variant, shape, e.name, f"{e.stats.median_ms:.4g}",
                           f"{e.stats.q1_ms:.3g}-{e.stats.q3_ms:.3g}", f"{e.tflops:.1f}" if e.tflops else "-",
-                          f"{e.roofline_pct:.0f}" if e.roofline_pct is not None else "-", ratio, escape(note[:70]))
+                          f"{e.roofline_pct:.0f}" if e.roofline_pct is not None else "-", ratio, note[:70])
     console.print(table)

@@ -16,8 +16,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from flashgen import variant_options as opts
@@ -93,9 +91,13 @@ def register(app: typer.Typer) -> None:
         from flashgen.translators.params import choose_params_with_source
         from flashgen.translators.search import resolve_target, screen_candidates
 
-        console = Console()
+        from flashgen.console import out as console
+
         if limit is not None and limit < 1:
             raise UsageError(f"--limit must be at least 1, got {limit}")
+        for flag, value in (("--budget", budget), ("--min-time", min_time)):
+            if not value > 0:  # nan too
+                raise UsageError(f"{flag} {value:g}: must be a number of seconds greater than 0")
         variant = opts.variant_from_options(causal=causal, window=window, alibi=alibi, softcap=softcap,
                                             kv_heads=kv_heads, heads=heads, kv_group=kv_group, norm=norm, lse=lse)
         dt = parse_dtype(dtype)
@@ -108,8 +110,8 @@ def register(app: typer.Typer) -> None:
         timed_shapes = parse_shape_list(shapes, head_dim, variant) if shapes else default_shapes(variant, head_dim)
         choice = choose_params_with_source(variant, target, dt, head_dim)
         title = f"{variant.name} {dt.value} d{head_dim} on {target.name} ({target.arch})"
-        console.print(f"today's choice for {escape(title)}: {_label(choice.params)} from {choice.source} "
-                      f"({escape(choice.detail)})", highlight=False)
+        console.print(f"today's choice for {title}: {_label(choice.params)} from {choice.source} "
+                      f"({choice.detail})")
 
         if not have_gpu():
             if write:
@@ -136,7 +138,7 @@ def register(app: typer.Typer) -> None:
                           + "; '!' marks register estimates over the model's budget (the checker's own passed).",
                           highlight=False)
             console.print("no GPU here: timing the candidates needs one; this listing is all a CPU can give "
-                          "(nothing was written)", highlight=False)
+                          "(nothing was written)")
             return
 
         from flashgen.harness.tune import GpuTimer, record_winner, search
@@ -144,7 +146,7 @@ def register(app: typer.Typer) -> None:
         timer = GpuTimer(min_time_s=min_time)
         try:
             result = search(variant, target, dt, head_dim, timed_shapes, timer=timer, budget_s=budget,
-                            max_candidates=limit, progress=lambda msg: console.print(escape(msg), highlight=False))
+                            max_candidates=limit, progress=console.print)
         finally:
             timer.close()
         table = Table(title=f"search for {title} on {result.environment.get('gpu') if result.environment else '?'}")
@@ -153,7 +155,7 @@ def register(app: typer.Typer) -> None:
         for record in result.candidates:
             if record.model is not None and (record.alive or not (record.dropped or "").startswith("check")):
                 table.add_row(record.label, f"{record.geomean_ms:.4g}" if record.geomean_ms else "-",
-                              escape(record.dropped or "timed"))
+                              str(record.dropped or "timed"))
         console.print(table)
         if json_out is not None:
             json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -161,10 +163,10 @@ def register(app: typer.Typer) -> None:
         if result.winner is None:
             raise UsageError(f"no candidate was verified and timed within {budget:g} s; nothing chosen")
         console.print(f"winner: {result.winner_label} at {result.winner_geomean_ms:.4g} ms geomean over "
-                      f"{len(result.shapes)} shapes", highlight=False)
+                      f"{len(result.shapes)} shapes")
         if write:
             path = record_winner(result)
-            console.print(f"wrote {path}", highlight=False)
+            console.print(f"wrote {path}")
 
 
 def _label(params: dict[str, int]) -> str:

@@ -1,0 +1,5 @@
+"""`python -m flashgen`: the `flashgen` command."""
+
+from flashgen.cli import main
+
+main()

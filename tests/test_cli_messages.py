@@ -1,0 +1,165 @@
+"""Issue 12, Messages and Conventions: user text prints as typed (no rich markup), every bad flag value is one
+line naming the flag and its allowed range before any work, `flashgen --version`, `python -m flashgen`."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+LIBRARY = os.path.join(os.path.dirname(__file__), "..", "flashgen", "tl_spec", "library")
+
+
+def run(*args, tmp_path, env_extra=None, prelude=""):
+    env = {**os.environ, "FLASHGEN_HOME": str(tmp_path / "home"), **(env_extra or {})}
+    code = f"import sys; {prelude}sys.argv = ['flashgen', *sys.argv[1:]]; from flashgen.cli import main; main()"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path)
+
+
+def one_error_line(done) -> str:
+    assert done.returncode not in (0, 1, 3), (done.returncode, done.stdout, done.stderr)
+    both = done.stdout + done.stderr
+    assert "Traceback" not in both and "internal error" not in both, both
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("gpu", ["[/x]", "[b]h100", "[bold red]x[/]"])
+def test_gpu_name_prints_as_typed(gpu, tmp_path):
+    line = one_error_line(run("generate", "--gpu", gpu, tmp_path=tmp_path))
+    assert line.startswith(f"error: unknown GPU {gpu!r}; known:"), line
+
+
+def test_tl_file_name_prints_as_typed(tmp_path):
+    (tmp_path / "[").mkdir()
+    path = tmp_path / "[" / "[bold]x.tl"
+    path.write_text("hi\n")
+    bad = tmp_path / "[" / "[/bold]y.tl"
+    done = run("tl", "check", str(path), str(bad), tmp_path=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"{path}:1:1: unknown statement 'hi'" in done.stderr
+    assert f"error: {bad}: no such file" in done.stderr
+
+
+def test_install_hint_keeps_its_brackets(tmp_path):
+    done = run("generate", "--provider", "anthropic", "--out", str(tmp_path / "o"), tmp_path=tmp_path,
+               env_extra={"ANTHROPIC_API_KEY": "x"}, prelude="sys.modules['anthropic'] = None; ")
+    assert one_error_line(done) == "error: the 'anthropic' package is not installed: pip install 'flashgen[llm]'"
+
+
+def test_runs_show_keeps_status_brackets(tmp_path):
+    from typer.testing import CliRunner
+
+    from flashgen.cli import app
+    from flashgen.harness.store import Store
+
+    store = Store(tmp_path / "home")
+    run_id = store.new_run("[b]kind", {"note": "[/x] [red]"})
+    store.finish_run(run_id, "done", {"s": "[/]"})
+    env = {"FLASHGEN_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+    shown = CliRunner().invoke(app, ["runs", "show", str(run_id)], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert f"run {run_id} [b]kind [done] created" in shown.output
+    assert 'meta: {"note": "[/x] [red]"}' in shown.output and 'summary: {"s": "[/]"}' in shown.output
+    listed = CliRunner().invoke(app, ["runs", "list"], env=env)
+    assert listed.exit_code == 0 and "[b]kind" in listed.output and '"[/x] [red]"' in listed.output, listed.output
+    assert "\\[" not in listed.output + shown.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--goal", "-1"], "--goal -1: must be greater than 0"),
+    (["--goal", "nan"], "--goal nan: must be greater than 0"),
+    (["--max-cost", "-1"], "--max-cost -1: must be greater than 0"),
+    (["--max-wall", "0"], "--max-wall 0: must be greater than 0"),
+    (["--max-iters", "0"], "--max-iters 0: must be greater than or equal to 1"),
+    (["--max-tokens", "0"], "--max-tokens 0: must be greater than or equal to 1"),
+    (["--head-dim", "0"], "--head-dim 0: must be a positive integer"),
+    (["--kv-group", "0"], "--kv-group 0: must be greater than or equal to 1"),
+    (["--kv-heads", "0", "--heads", "8"], "--kv-heads 0: must be at least 1"),
+    (["--softcap", "inf"], "--softcap inf: must be a finite number greater than 0"),
+    (["--softcap", "nan"], "--softcap nan: must be a finite number greater than 0"),
+    (["--softcap", "-3"], "--softcap -3: must be a finite number greater than 0"),
+    (["--softcap", "0"], "--softcap 0: must be a finite number greater than 0"),
+    (["--causal", "--window", "0"], "--window 0: must be greater than or equal to 1"),
+])
+def test_bad_generate_flag_is_one_line_naming_it(args, message, tmp_path):
+    out = tmp_path / "out"
+    line = one_error_line(run("generate", *args, "--out", str(out), tmp_path=tmp_path))
+    assert line == f"error: {message}"
+    assert not out.exists() and not (tmp_path / "home").exists()  # refused before any work
+
+
+def test_out_that_is_a_file_or_unwritable_is_refused_first(tmp_path):
+    existing = tmp_path / "afile"
+    existing.write_text("x")
+    line = one_error_line(run("generate", "--out", str(existing), tmp_path=tmp_path))
+    assert line == f"error: --out {existing}: is an existing file, expected a folder (new or existing)"
+    line = one_error_line(run("generate", "--out", str(existing / "sub"), tmp_path=tmp_path))
+    assert line == f"error: --out {existing / 'sub'}: {existing} is a file, so the folder cannot be created"
+    # a folder that cannot be written (/proc refuses new folders even to root)
+    line = one_error_line(run("generate", "--out", "/proc/flashgen-out/k", tmp_path=tmp_path))
+    assert line.startswith("error: --out /proc/flashgen-out/k: folder not writable (/proc: "), line
+    assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes read-only folders")
+def test_out_in_read_only_folder_is_refused(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        line = one_error_line(run("generate", "--out", str(ro / "k"), tmp_path=tmp_path))
+    finally:
+        ro.chmod(0o755)
+    assert line.startswith(f"error: --out {ro / 'k'}: folder not writable"), line
+
+
+def test_api_refuses_bad_budget_in_one_line(tmp_path):
+    import flashgen
+    from flashgen.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^max_cost_usd=-1\.0: must be greater than 0$"):
+        flashgen.generate(gpu="a100", max_cost_usd=-1.0, store=None)
+    with pytest.raises(UsageError, match=r"^softcap inf: must be a finite number greater than 0$"):
+        flashgen.generate(gpu="a100", softcap=float("inf"))
+
+
+@pytest.mark.parametrize("shape, message", [
+    ("B=1,H=1,N=1000000000000,M=4,D=64", "--shape 'B=1,H=1,N=1000000000000,M=4,D=64': B*H*N*D = 64000000000000 "
+     "values; a CPU run allows at most 134217728 per array (1 GiB of fp64), use smaller sizes"),
+    ("B=1,H=1,N=100000,M=100000,D=64", "--shape 'B=1,H=1,N=100000,M=100000,D=64': N*M = 10000000000 values; "
+     "a CPU run allows at most 134217728 per array (1 GiB of fp64), use smaller sizes"),
+    ("B=2,H=x", "--shape 'B=2,H=x': bad shape item 'H=x': expected NAME=INTEGER, e.g. B=2,H=4,N=200,M=333,D=64"),
+    ("B=2,H=4,N=0,M=3,D=64", "--shape 'B=2,H=4,N=0,M=3,D=64': N: Input should be greater than or equal to 1"),
+])
+def test_bad_shape_is_one_line(shape, message, tmp_path):
+    line = one_error_line(run("tl", "run", os.path.join(LIBRARY, "causal.full.tl"), "--shape", shape,
+                              tmp_path=tmp_path))
+    assert line == f"error: {message}"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tl", "run", "X.tl", "--tol", "nan"], "--tol nan: must be a finite number >= 0"),
+    (["tl", "run", "X.tl", "--tol", "-1"], "--tol -1: must be a finite number >= 0"),
+    (["verify", "nope", "--timeout", "0"], "--timeout 0: must be a number of seconds greater than 0"),
+    (["bench", "nope", "--min-time", "-1"], "--min-time -1: must be a number of seconds greater than 0"),
+    (["runs", "list", "--limit", "0"], "--limit 0: must be at least 1"),
+    (["tune", "--gpu", "a100", "--dtype", "fp16", "--head-dim", "128", "--budget", "0"], "--budget 0: must be a number of seconds greater than 0"),
+])
+def test_other_bad_flags_are_one_line(args, message, tmp_path):
+    line = one_error_line(run(*args, tmp_path=tmp_path))
+    assert line == f"error: {message}"
+
+
+def test_version_and_python_m(tmp_path):
+    import flashgen
+
+    env = {**os.environ, "FLASHGEN_HOME": str(tmp_path / "home")}
+    for cmd in ([sys.executable, "-m", "flashgen", "--version"], [sys.executable, "-m", "flashgen.cli", "--version"]):
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+        assert done.returncode == 0 and done.stdout == f"flashgen {flashgen.__version__}\n", done
+    done = subprocess.run([sys.executable, "-m", "flashgen", "tl", "library"], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=tmp_path)
+    assert done.returncode == 0 and "causal" in done.stdout, done.stderr
