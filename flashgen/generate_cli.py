@@ -42,10 +42,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Generate a FlashAttention kernel: LLM-TL sketch -> full TL -> CUDA, checked, compiled, verified."""
         from flashgen.harness.environment import Environment
-        from flashgen.api import default_out_dir, generate, parse_dtype
-
         from flashgen.agent.loop import Budget, LoopConfig
-        from flashgen.api import check_out_dir
+        from flashgen.api import check_out_dir, default_out_dir, generate, parse_dtype
         from flashgen.errors import check_option
 
         # every flag is checked here, before any work: one line naming the flag and its allowed range

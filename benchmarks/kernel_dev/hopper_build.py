@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from flashgen.abi import ABI_HEADER  # noqa: E402
 from flashgen.targets import get_target  # noqa: E402
-from flashgen.translators.backends.sm90.kernel import render  # noqa: E402
+from flashgen.translators.render import render  # noqa: E402
 from flashgen.translators.rules import plan_for_variant  # noqa: E402
 from flashgen.variant import DType, Variant  # noqa: E402
 
@@ -33,7 +33,7 @@ def build(out: Path, name, variant, dtype, d, tiles) -> str:
     bm, bn, stages = tiles
     plan = plan_for_variant(variant, target, dtype, d).model_copy(update=dict(
         block_m=bm, block_n=bn, warps=bm // 16, stages=stages, backend="sm90", name=f"fg_{name}_sm90"))
-    source, manifest = render(plan, smem_limit=target.smem_per_block_bytes)
+    source, manifest = render(plan)
     kdir = out / name
     kdir.mkdir(parents=True, exist_ok=True)
     (kdir / "kernel.cu").write_text(source)

@@ -53,12 +53,6 @@ def _check(cond: bool, message: str) -> None:
         raise TensorMapError(message)
 
 
-def tma_strides_ok(ptr: int, strides: tuple[int, ...], itemsize: int) -> bool:
-    """Whether the copy engine can address a (B, H, rows, D) tensor with these element strides."""
-    outer = strides[:3]
-    return ptr % 16 == 0 and all((s * itemsize) % 16 == 0 and 0 <= s * itemsize < (1 << 40) for s in outer)
-
-
 def encode(spec: TensorMapSpec, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...], dtype: str) -> bytes:
     """The 128 bytes of one CUtensorMap for a (B, H, rows, D) tensor with the given element strides."""
     driver = _driver()

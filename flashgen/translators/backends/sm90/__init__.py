@@ -54,10 +54,10 @@ class Sm90Backend(Backend):
         return kernel.smem_bytes(plan)
 
     def validate(self, plan: KernelPlan) -> None:
-        kernel.validate(plan, self.smem_limit(plan.target))
+        kernel.validate(plan)
 
     def render(self, plan: KernelPlan):
-        return kernel.render(plan, smem_limit=self.smem_limit(plan.target))
+        return kernel.render(plan)
 
     def notes(self, plan: KernelPlan) -> str:
         return kernel.NOTES.format(consumers=kernel.consumers(plan))

@@ -17,7 +17,7 @@ from flashgen.abi import KernelManifest, Launch, TensorMapSpec
 from flashgen.errors import UsageError
 from flashgen.translators.backends.sm90.wgmma import wrappers
 from flashgen.translators.backends.headers import inline_headers
-from flashgen.translators.plan import KernelPlan, NormKind, check_expressions
+from flashgen.translators.plan import KernelPlan, NormKind
 from flashgen.variant import DType
 
 HERE = Path(__file__).parent
@@ -51,8 +51,9 @@ def threads(plan: KernelPlan) -> int:
     return 128 * (consumers(plan) + 1)
 
 
-def validate(plan: KernelPlan, smem_limit: int) -> None:
-    check_expressions(plan)
+def validate(plan: KernelPlan) -> None:
+    """What only this path asks of a plan (flashgen.translators.render.validate_plan checks the expressions, the
+    stages and the shared memory against the Target for every backend)."""
     if plan.dtype not in _CTYPE:
         raise UsageError(f"{plan.name}: the sm90 path runs fp16 and bf16 (fp32 goes to the sm80 path)")
     if plan.block_m % 64 or not 2 <= consumers(plan) <= CONSUMERS_MAX:
@@ -64,10 +65,6 @@ def validate(plan: KernelPlan, smem_limit: int) -> None:
         raise UsageError(f"{plan.name}: head dim {plan.head_dim}: the sm90 path takes multiples of 16")
     if plan.variant.split_kv:
         raise UsageError(f"{plan.name}: split-KV decode runs on the sm80 path")
-    need = smem_bytes(plan)
-    if need > smem_limit:
-        raise UsageError(f"{plan.name}: tiles need {need} bytes of shared memory, over the GPU's per-block "
-                         f"{smem_limit}; lower BLOCK_N or STAGES")
 
 
 @cache
@@ -76,9 +73,9 @@ def _environment() -> jinja2.Environment:
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
-def render(plan: KernelPlan, *, smem_limit: int) -> tuple[str, KernelManifest]:
-    """CUDA source and manifest of the Hopper kernel for `plan`."""
-    validate(plan, smem_limit)
+def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
+    """CUDA source and manifest of the Hopper kernel for a plan that flashgen.translators.render.validate_plan
+    (and so `validate`) accepted: call it through flashgen.translators.render.render."""
     n_consumers = consumers(plan)
     softmax = plan.norm.kind is NormKind.softmax
     context = dict(
