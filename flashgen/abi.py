@@ -30,14 +30,15 @@ ENTRY_SIGNATURE = re.compile(
 )
 TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap)
 
-SIZE_NAMES = ("B", "H", "KVH", "N", "M", "D", "SPLITS")
+# SMS: the streaming multiprocessors of the GPU the kernel runs on (a persistent grid sizes itself by it).
+SIZE_NAMES = ("B", "H", "KVH", "N", "M", "D", "SPLITS", "SMS")
 
 
 class Launch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kernel: str = Field(description="entry symbol, extern \"C\"")
-    grid: tuple[str, str, str] = Field(description="expressions over B,H,KVH,N,M,D,SPLITS; cdiv(a,b) allowed")
+    grid: tuple[str, str, str] = Field(description="expressions over B,H,KVH,N,M,D,SPLITS,SMS; cdiv(a,b), min, max allowed")
     threads: int = Field(ge=32, le=1024)
     smem_bytes: int = Field(default=0, ge=0, description="dynamic shared memory")
 

@@ -3,7 +3,7 @@
     import flashgen
     kernel = flashgen.generate(gpu="h200", dtype="bf16", head_dim=128, causal=True)
     print(kernel.tl); print(kernel.report)
-    o = kernel(q, k, v)            # torch CUDA tensors (B, H, N, D) / (B, KVH, M, D), zero-copy (GPU only)
+    o = kernel(q, k, v)            # CUDA arrays (B, H, N, D) / (B, KVH, M, D): torch, cupy, pycuda, jax (GPU only)
     o, lse = flashgen.generate(..., lse=True)(q, k, v)
 """
 
@@ -28,7 +28,7 @@ DEFAULT_HEAD_DIM = 128
 
 class Kernel:
     """A generated kernel: its TL (sketch and full), CUDA source, manifest, report and meta, callable
-    on torch CUDA tensors when a GPU is present."""
+    on CUDA arrays (torch, cupy, pycuda, jax: __cuda_array_interface__ or DLPack) when a GPU is present."""
 
     def __init__(self, *, tl: str, sketch: str, source: str, manifest: KernelManifest, report: str,
                  meta: dict[str, Any], out_dir: Path | None = None, run_id: str | None = None):
@@ -41,31 +41,51 @@ class Kernel:
         return self.meta.get("verification", {}).get("ok")
 
     def __call__(self, q, k, v, scale: float | None = None):
-        """O (and LSE when the variant returns it) for torch CUDA tensors q (B, H, N, D), k and v
-        (B, KVH, M, D), through the harness's launcher (zero-copy, on the tensors' current stream)."""
-        from flashgen.harness.device import device_arch, launch
+        """O (and LSE when the variant returns it) for CUDA arrays q (B, H, N, D), k and v (B, KVH, M, D) in the
+        kernel's dtype, zero-copy, on the arrays' current stream: torch tensors, anything with
+        __cuda_array_interface__ (cupy, pycuda GPUArray, numba, jax) or DLPack; all three of one kind. O and LSE come
+        back as that kind (torch, cupy, pycuda, numba; a cupy array for jax and other kinds). Running needs cupy (the
+        gpu extra); torch is optional. A bad array is an ArrayError (a ValueError), one line."""
+        from flashgen.harness.device import (
+            ArrayError,
+            _check_tensor,
+            check_same_kind,
+            device_arch,
+            empty_like,
+            launch,
+            tensor_view,
+        )
 
+        views = {name: tensor_view(x, name) for name, x in (("q", q), ("k", k), ("v", v))}
+        check_same_kind(views)
+        if any(len(view.shape) != 4 for view in views.values()):
+            raise ArrayError("q, k, v must be 4-D: q (B, H, N, D), k and v (B, KVH, M, D); got "
+                             + ", ".join(f"{n} {tuple(view.shape)}" for n, view in views.items()))
+        for name, view in views.items():
+            _check_tensor(name, view, self.manifest.dtype.value)
         if self._launcher is None:
             from flashgen.harness.compile import compile_cuda
 
-            # compiled for the GPU the tensors live on (the kernel's target arch may be older)
+            # compiled for the GPU the arrays live on (the kernel's target arch may be older)
             built = compile_cuda(self.source, device_arch())
             if not built.ok:
                 raise FlashgenError(f"{self.manifest.name} does not build for {device_arch()}: "
                                     f"{built.feedback_text(300).splitlines()[0]}")
             self._launcher = built.cubin_path
-        import torch
-
-        o = torch.empty_like(q)
-        lse = None
-        if self.manifest.variant.return_lse:
-            lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+        b, h, n, d = views["q"].shape
+        o = empty_like(q, (b, h, n, d), self.manifest.dtype.value)
+        lse = empty_like(q, (b, h, n), "fp32") if self.manifest.variant.return_lse else None
         launch(self.manifest, self._launcher, q, k, v, o, lse, scale=scale)
         return (o, lse) if lse is not None else o
 
     def __repr__(self) -> str:
         m = self.manifest
         return f"Kernel({m.name}, {m.arch}, {m.dtype.value}, d={m.head_dim}, verified={self.verified})"
+
+    def _repr_html_(self) -> str:  # Jupyter: TL and CUDA side by side, verification, resources, timings
+        from flashgen.explore import kernel_html
+
+        return kernel_html(self)
 
 
 def check_out_dir(out: str | Path, name: str = "out") -> None:
@@ -96,33 +116,54 @@ def default_out_dir(target_name: str, dtype: DType, variant: Variant, head_dim: 
 
 def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int = DEFAULT_HEAD_DIM, *,
              causal: bool = False, window: int | None = None, alibi: bool = False, softcap: float | None = None,
-             kv_group: int = 1, norm: str = "softmax", lse: bool = False, provider: str = "expert",
-             model: str | None = None, base_url: str | None = None, max_iters: int = 12,
+             kv_group: int = 1, norm: str = "softmax", lse: bool = False, provider: str | None = None,
+             model: str | None = None, base_url: str | None = None, max_iters: int | None = None,
              max_tokens: int | None = None, max_cost_usd: float | None = None, max_wall_s: float | None = None,
              goal_speedup: float = 1.0, out: str | Path | None = None, resume: str | None = None,
+             request_timeout_s: float | None = None, retries: int | None = None,
              store=None, env=None, progress=None) -> Kernel:
-    """Generate (or, with `resume`, finish generating) a kernel; writes its files to `out` when given.
+    """Generate (or, with `resume`, finish generating) a kernel; writes its files to `out` when given (atomically,
+    holding a lock on the folder for the whole run: a second writer is refused).
 
-    Raises FlashgenError subclasses (one line) for bad input and for a run that ends without a
-    kernel."""
+    Budgets left as None take the defaults (12 model calls, no other limit); on `resume` the ones given replace the
+    run's recorded budget. `provider` (default expert), `model` and `base_url`: on `resume`, given ones replace the
+    provider the run last used (recorded with the resume). `request_timeout_s` and `retries` shape a model
+    provider's HTTP calls (RetryPolicy).
+    Raises FlashgenError subclasses (one line) for bad input and for a run that ends without a kernel;
+    flashgen.errors.Interrupted (a KeyboardInterrupt) when SIGINT stops the run, after recording it."""
+    from contextlib import nullcontext
+
     from flashgen.harness.environment import Environment
     from flashgen.agent.loop import Budget, LoopConfig, resume_loop, run_loop
-    from flashgen.agent.outputs import write_outputs
-    from flashgen.agent.providers import Task, make_provider
+    from flashgen.agent.outputs import out_lock, write_outputs
+    from flashgen.agent.providers import RetryPolicy, Task, make_provider
+    from flashgen.errors import Interrupted
 
     env = env or Environment()
     progress = progress or (lambda _msg: None)
+    calls = {k: v for k, v in (("request_timeout_s", request_timeout_s), ("retries", retries)) if v is not None}
+    retry_fields = {"timeout_s": request_timeout_s, "max_attempts": None if retries is None else retries + 1}
+    try:
+        RetryPolicy(**{k: v for k, v in retry_fields.items() if v is not None})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UsageError(f"{first['loc'][-1]}={first.get('input')!r}: {pydantic_message(first)}") from None
 
     def provider_from(info: dict[str, Any]):
+        info = {**info, **calls}  # the call options given now win over the recorded ones
         if info.get("name") == "expert":
             from flashgen.agent.expert import ExpertProvider
 
             return ExpertProvider(env)
-        return make_provider(info["name"], info.get("model"), info.get("base_url"))
+        fields = {"timeout_s": info.get("request_timeout_s"),
+                  "max_attempts": None if info.get("retries") is None else info["retries"] + 1}
+        retry = RetryPolicy(**{k: v for k, v in fields.items() if v is not None})
+        return make_provider(info["name"], info.get("model"), info.get("base_url"), retry=retry)
 
-    if resume is not None:
-        result = resume_loop(resume, provider_from, env=env, store=store, progress=progress)
-    else:
+    budget = {k: v for k, v in (("max_iters", max_iters), ("max_tokens", max_tokens), ("max_cost_usd", max_cost_usd),
+                                ("max_wall_s", max_wall_s)) if v is not None}
+    task = config = None
+    if resume is None:
         target = env.target(gpu)
         dtype_value = parse_dtype(dtype)
         if head_dim < 1:
@@ -134,21 +175,37 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
             check_out_dir(out)
         task = Task(variant=variant, target=target.name, arch=target.arch, dtype=dtype_value, head_dim=head_dim)
         try:
-            config = LoopConfig(task=task, goal_speedup=goal_speedup,
-                                budget=Budget(max_iters=max_iters, max_tokens=max_tokens, max_cost_usd=max_cost_usd,
-                                              max_wall_s=max_wall_s))
+            config = LoopConfig(task=task, goal_speedup=goal_speedup, budget=Budget(**budget))
         except ValidationError as exc:
             first = exc.errors()[0]
             raise UsageError(f"{first['loc'][-1]}={first.get('input')!r}: {pydantic_message(first)}") from None
-        info = {"name": provider, "model": model, "base_url": base_url}
-        result = run_loop(config, provider_from(info), env=env, store=store, provider_info=info, progress=progress)
-    task = result.task
-    target = env.target(task.target)
+    elif out is not None:
+        check_out_dir(out)
     out_dir = Path(out) if out is not None else None
-    files = write_outputs(result, task, target, env, out_dir)
+    where = f"--out {out_dir}" if out_dir is not None else "--out DIR"
+    with out_lock(out_dir) if out_dir is not None else nullcontext():
+        try:
+            if resume is not None:
+                switch = {"name": provider, "model": model, "base_url": base_url}
+                result = resume_loop(resume, provider_from, env=env, store=store, progress=progress, budget=budget,
+                                     provider=switch)
+            else:
+                info = {"name": provider or "expert", "model": model, "base_url": base_url, **calls}
+                result = run_loop(config, provider_from(info), env=env, store=store, provider_info=info,
+                                  progress=progress)
+        except Interrupted as exc:
+            raise Interrupted(str(exc).replace("--out DIR", where), exc.signal_name) from None
+        task = result.task
+        target = env.target(task.target)
+        try:
+            files = write_outputs(result, task, target, env, out_dir)
+        except OSError as exc:  # the run is recorded; its files can be written again from the record
+            raise FlashgenError(f"--out {out_dir}: cannot write ({exc.strerror or exc}); run {result.run_id} is "
+                                f"recorded: `flashgen generate --resume {result.run_id} {where}` writes it "
+                                "again") from None
     if result.best is None:
-        where = f"; partial files in {out_dir}" if out_dir is not None else ""
-        raise FlashgenError(f"no kernel: {result.reason} (run {result.run_id}; --resume {result.run_id} "
-                            f"continues it){where}")
+        partial = f"; partial files in {out_dir}" if out_dir is not None else ""
+        hint = result.resume.get("how", f"--resume {result.run_id} continues it").replace("--out DIR", where)
+        raise FlashgenError(f"no kernel: {result.reason} (run {result.run_id}; {hint}){partial}")
     return Kernel(tl=result.best.tl, sketch=result.best.sketch, source=result.best.cuda, manifest=result.best.manifest,
                   report=files.report, meta=files.meta, out_dir=out_dir, run_id=result.run_id)

@@ -11,6 +11,29 @@ class UsageError(FlashgenError):
     """Bad arguments: an unknown GPU or dtype, a malformed shape, an unsupported combination."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT (Ctrl-C) or SIGTERM stopped a command (a KeyboardInterrupt, so Python callers see the usual kind); the
+    message says what was recorded. The CLI prints it as one line and exits 130 (SIGINT) or 143 (SIGTERM)."""
+
+    def __init__(self, message: str = "interrupted", signal_name: str = "SIGINT"):
+        super().__init__(message)
+        self.signal_name = signal_name
+
+    @property
+    def exit_code(self) -> int:
+        return 143 if self.signal_name == "SIGTERM" else 130
+
+
+class Stopped(FlashgenError):
+    """The CLI's form of Interrupted: a FlashgenError, so that it reaches flashgen.cli.main through typer (which turns
+    a KeyboardInterrupt into a silent exit 130); printed as its message alone."""
+
+    def __init__(self, message: str, signal_name: str = "SIGINT"):
+        super().__init__(message)
+        self.signal_name = signal_name
+        self.exit_code = 143 if signal_name == "SIGTERM" else 130
+
+
 class InputError(FlashgenError):
     """An input file that cannot be read as what it should be (binary, empty, too large, truncated)."""
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import typer
 
 from flashgen import variant_options as opts
-from flashgen.console import err as console
-from flashgen.console import styled
 from flashgen.api import DEFAULT_DTYPE, DEFAULT_GPU, DEFAULT_HEAD_DIM
+from flashgen.console import err as console
+from flashgen.console import out as result_console
+from flashgen.console import styled
 from flashgen.errors import UsageError
 
 
@@ -29,29 +30,50 @@ def register(app: typer.Typer) -> None:
         kv_group: opts.KvGroup = None,
         norm: opts.NormName = "softmax",
         lse: opts.Lse = False,
-        provider: str = typer.Option("expert", "--provider", help="expert | openai | anthropic | openai-compatible"),
-        model: str | None = typer.Option(None, "--model", help="model name for an LLM provider"),
+        provider: str | None = typer.Option(None, "--provider", help="expert (default) | openai | anthropic | "
+                                            "openai-compatible; on --resume: go on with this one instead of the "
+                                            "run's"),
+        model: str | None = typer.Option(None, "--model", help="model name for an LLM provider (on --resume: "
+                                         "instead of the run's)"),
         base_url: str | None = typer.Option(None, "--base-url", help="endpoint of an OpenAI-compatible server"),
-        max_iters: int = typer.Option(12, "--max-iters", help="model calls at most"),
+        max_iters: int | None = typer.Option(None, "--max-iters", help="model calls at most (default 12; on --resume: "
+                                             "as recorded)"),
         max_tokens: int | None = typer.Option(None, "--max-tokens", help="token budget"),
         max_cost: float | None = typer.Option(None, "--max-cost", help="cost budget in USD"),
-        max_wall: float | None = typer.Option(None, "--max-wall", help="wall-time budget in seconds"),
+        max_wall: float | None = typer.Option(None, "--max-wall", help="wall-time budget in seconds, for the whole run "
+                                              "(model calls and every stage included)"),
+        request_timeout: float | None = typer.Option(None, "--request-timeout", help="seconds one HTTP request to a "
+                                                     "model provider may take (default 300)"),
+        retries: int | None = typer.Option(None, "--retries", help="retries of a failed model request (default 5); "
+                                           "one model call ends within 900 s in all, or --max-wall"),
         goal: float = typer.Option(1.0, "--goal", help="stop at this speedup over the best baseline"),
         out: Path | None = typer.Option(None, "--out", help="output folder (default generated/GPU/DTYPE/VARIANT_dD)"),
-        resume: str | None = typer.Option(None, "--resume", help="continue run RUN_ID from its last step"),
+        resume: str | None = typer.Option(None, "--resume", help="continue run RUN_ID from its last step (budget "
+                                          "flags, --provider, --model and --base-url given replace the recorded "
+                                          "ones; it says first what it will ask)"),
+        as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object on stdout"),
     ) -> None:
-        """Generate a FlashAttention kernel: LLM-TL sketch -> full TL -> CUDA, checked, compiled, verified."""
-        from flashgen.harness.environment import Environment
+        """Generate a FlashAttention kernel: LLM-TL sketch -> full TL -> CUDA, checked, compiled, verified.
+        Results go to stdout, progress to stderr."""
         from flashgen.agent.loop import Budget, LoopConfig
+        from flashgen.agent.providers import RetryPolicy, check_base_url
         from flashgen.api import check_out_dir, default_out_dir, generate, parse_dtype
-        from flashgen.errors import check_option
+        from flashgen.errors import Interrupted, Stopped, check_option
+        from flashgen.harness.environment import Environment
 
         # every flag is checked here, before any work: one line naming the flag and its allowed range
         group = opts.kv_group_from(kv_heads, heads, kv_group)
         for flag, field, value in (("--max-iters", "max_iters", max_iters), ("--max-tokens", "max_tokens", max_tokens),
                                    ("--max-cost", "max_cost_usd", max_cost), ("--max-wall", "max_wall_s", max_wall)):
-            check_option(flag, value, Budget, field)
+            if value is not None:
+                check_option(flag, value, Budget, field)
         check_option("--goal", goal, LoopConfig, "goal_speedup")
+        if request_timeout is not None:
+            check_option("--request-timeout", request_timeout, RetryPolicy, "timeout_s")
+        if retries is not None and not 0 <= retries <= 99:
+            raise UsageError(f"--retries {retries}: must be from 0 to 99")
+        if base_url is not None:
+            check_base_url(base_url)
         if head_dim < 1:
             raise UsageError(f"--head-dim {head_dim}: must be a positive integer")
         env = Environment()
@@ -71,18 +93,27 @@ def register(app: typer.Typer) -> None:
                 console.print(message)
                 status.update(styled(message))
 
-            kernel = generate(gpu=gpu, dtype=dtype, head_dim=head_dim, causal=causal, window=window, alibi=alibi,
-                              softcap=softcap, kv_group=group, norm=norm, lse=lse, provider=provider, model=model,
-                              base_url=base_url, max_iters=max_iters, max_tokens=max_tokens, max_cost_usd=max_cost,
-                              max_wall_s=max_wall, goal_speedup=goal, out=out, resume=resume, env=env,
-                              progress=progress)
+            try:
+                kernel = generate(gpu=gpu, dtype=dtype, head_dim=head_dim, causal=causal, window=window, alibi=alibi,
+                                  softcap=softcap, kv_group=group, norm=norm, lse=lse, provider=provider, model=model,
+                                  base_url=base_url, max_iters=max_iters, max_tokens=max_tokens, max_cost_usd=max_cost,
+                                  max_wall_s=max_wall, goal_speedup=goal, out=out, resume=resume,
+                                  request_timeout_s=request_timeout, retries=retries, env=env, progress=progress)
+            except Interrupted as exc:  # recorded by the loop; typer would swallow a KeyboardInterrupt's message
+                raise Stopped(str(exc), exc.signal_name) from None
         ver = kernel.meta.get("verification", {})
-        console.print(styled(("wrote", "bold green"), f" {out}/  (run {kernel.run_id})"))
-        if not ver.get("ran"):
-            console.print(styled(("verification did not run", "yellow"), ": no GPU here; the TL was checked on the "
-                                 "CPU against the fp64 reference and the CUDA compiled."))
         roof = kernel.meta.get("roofline")
+        if as_json:
+            import json
+
+            typer.echo(json.dumps({"run_id": kernel.run_id, "out": str(out), "kernel": kernel.manifest.name,
+                                   "verified": kernel.verified, "meta": kernel.meta}, sort_keys=True))
+            return
+        result_console.print(styled(("wrote", "bold green"), f" {out}/  (run {kernel.run_id})"))
+        if not ver.get("ran"):
+            result_console.print(styled(("verification did not run", "yellow"), ": no GPU here; the TL was checked "
+                                        "on the CPU against the fp64 reference and the CUDA compiled."))
         if roof:
-            console.print(f"roofline lower bound at {roof['shape']}: {roof['time_s'] * 1e3:.3g} ms "
-                          f"({roof['bound']}-bound, {roof.get('tflops_at_bound', 0):.0f} TFLOP/s)")
+            result_console.print(f"roofline lower bound at {roof['shape']}: {roof['time_s'] * 1e3:.3g} ms "
+                                 f"({roof['bound']}-bound, {roof.get('tflops_at_bound', 0):.0f} TFLOP/s)")
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
     from flashgen.targets import Target
-    from flashgen.variant import DType, Shape
+    from flashgen.variant import DType, Shape, Variant
 
 
 class OpCounts(BaseModel):
@@ -152,9 +152,58 @@ def estimate(counts: OpCounts, target: Target, dtype: DType | str,
                             time_s=terms[bound], serial_time_s=sum(terms.values()), bound=bound)
 
 
-def attention_flops(shape: Shape, causal: bool = False) -> float:
-    """The FlashAttention convention for reported TFLOP/s (Shape.flops)."""
-    return shape.flops(causal)
+# ---------------------------------------------------------------------------------------------
+# How much attention work a variant's mask leaves, for a shape: the one place that decides it (the
+# benchmark's TFLOP/s, its roofline counts, the report's "TFLOP/s at the bound" and the suite's figures all
+# read it). Positions follow flashgen/variant.py: bottom-right aligned, so query row i sits at key position
+# i + M - N; causal: key j visible iff j <= i + M - N; a window W also needs (i + M - N) - j < W.
+# ---------------------------------------------------------------------------------------------
+
+class VisibleWork(BaseModel):
+    """What a variant's mask lets through for one (batch, head) at N query rows and M keys."""
+
+    pairs: int = Field(description="(query row, key) pairs that are visible: exact")
+    rows: int = Field(description="query rows that see at least one key (the others only write O = 0)")
+    keys: int = Field(description="keys that some row sees (the only ones a kernel must read)")
+    counted_pairs: float = Field(description="the pairs FLOP counts take: FlashAttention's N*M/2 for causal "
+                                             "with N = M and no window (within 1/N of exact), else `pairs`")
+
+
+def _clamped_sum(first: int, count: int, top: int) -> int:
+    """sum(min(max(first + i, 0), top) for i in range(count)) in closed form."""
+    if count <= 0 or top <= 0:
+        return 0
+    last = first + count - 1
+    lo, hi = max(first, 1), min(last, top - 1)  # the terms strictly between 0 and top are themselves
+    middle = (lo + hi) * (hi - lo + 1) // 2 if hi >= lo else 0
+    at_top = max(0, last - max(first, top) + 1)  # terms clamped to top
+    return middle + at_top * top
+
+
+def visible_work(variant: Variant, n: int, m: int) -> VisibleWork:
+    if n <= 0 or m <= 0:
+        return VisibleWork(pairs=0, rows=0, keys=0, counted_pairs=0.0)
+    if not variant.causal:
+        return VisibleWork(pairs=n * m, rows=n, keys=m, counted_pairs=float(n * m))
+    offset = m - n
+    # row i sees the keys j < i + offset + 1 (at most m of them) less those below i + offset + 1 - W
+    pairs = _clamped_sum(offset + 1, n, m)
+    if variant.window is not None:
+        pairs -= _clamped_sum(offset + 1 - variant.window, n, m)
+    rows = min(n, max(0, n + offset))
+    first_key = 0 if variant.window is None else max(0, max(offset, 0) - variant.window + 1)
+    keys = m - first_key if rows else 0
+    counted = n * m / 2 if n == m and variant.window is None else float(pairs)
+    return VisibleWork(pairs=pairs, rows=rows, keys=keys, counted_pairs=counted)
+
+
+def attention_flops(shape: Shape, causal: bool | Variant = False) -> float:
+    """The FLOPs TFLOP/s figures are reported by: 4*B*H*D per counted (query, key) pair of `visible_work` (a
+    Variant: its mask; 2 GEMMs of 2 FLOPs per multiply-add). A bare bool is FlashAttention's nominal formula
+    (Shape.flops: 4*B*H*N*M*D, halved for causal), which is right for N = M without a window only."""
+    if isinstance(causal, bool):
+        return shape.flops(causal)
+    return 4.0 * shape.B * shape.H * shape.D * visible_work(causal, shape.N, shape.M).counted_pairs
 
 
 def percent_of_roofline(measured_time_s: float, est: RooflineEstimate) -> float:

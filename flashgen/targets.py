@@ -33,11 +33,17 @@ throughput (CUDA cores, 2 flops per FMA), not a tensor rate.
 from __future__ import annotations
 
 import re
+import sys
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from flashgen.errors import UsageError
 from flashgen.variant import DType
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 
 class MmaShape(BaseModel):
@@ -91,6 +97,18 @@ class Target(BaseModel):
     def tensor_dtypes(self) -> tuple[str, ...]:
         """Input dtypes some mma instruction of this target takes."""
         return tuple(sorted({d for shape in self.mma for d in shape.input_dtypes}))
+
+    def __repr__(self) -> str:
+        from flashgen.display import target_repr
+
+        return target_repr(self)
+
+    __str__ = __repr__  # print() too: one line (the fields are in model_dump())
+
+    def _repr_html_(self) -> str:
+        from flashgen.display import target_html
+
+        return target_html(self)
 
 
 _KB = 1024
@@ -245,6 +263,23 @@ _TARGET_LIST = [
 
 TARGETS: dict[str, Target] = {t.name: t for t in _TARGET_LIST}
 
+# Per-SM rates per arch, from which a new GPU's peaks follow (flashgen/target_files.py: `targets add` and
+# `targets detect`): dense tensor flop/clock/SM with fp32 accumulate per input dtype, FP32 FMA flop/clock/SM
+# (2 x CUDA cores), L2 read bytes/clock/SM. Each is the table above divided back: T4 65 TFLOPS / (40 SM x 1.59 GHz)
+# = 1024 [TU]; A100 312 / (108 x 1.41) = 2048 [GA100]; A10 125 / (72 x 1.695) = 1024 [A10-DS]; L4 121 / (58 x 2.04)
+# = 1024 [L4-DS]; H100 989.4 / (132 x 1.83) = 4096 [GH100]; tf32 half the fp16 rate on 8.x and 9.0; GeForce parts
+# (RTX 3090, RTX 4090) run fp32 accumulate at half these tensor rates. FP32: 64 cores/SM on 7.5 and 8.0, 128 on 8.6,
+# 8.9 and 9.0 [CC]. L2: [GPUB] A100 5400 / (108 x 1.41) = 35.5; H200 9700 / (132 x 1.83) = 40.2; [L2RULE] for the rest.
+SM_RATES: dict[str, dict[str, float]] = {
+    "sm_75": {"fp16": 1024, "fp32": 128, "l2_bytes_per_clk": 23.0},
+    "sm_80": {"fp16": 2048, "bf16": 2048, "tf32": 1024, "fp32": 128, "l2_bytes_per_clk": 35.5},
+    "sm_86": {"fp16": 1024, "bf16": 1024, "tf32": 512, "fp32": 256, "l2_bytes_per_clk": 14.7},
+    "sm_89": {"fp16": 1024, "bf16": 1024, "tf32": 512, "fp32": 256, "l2_bytes_per_clk": 14.7},
+    "sm_90": {"fp16": 4096, "bf16": 4096, "tf32": 2048, "fp32": 256, "l2_bytes_per_clk": 40.2},
+}
+#: the [CC] facts per compute capability the table above is built from (a new GPU's file takes them by its capability)
+ARCH_FACTS: dict[tuple[int, int], dict] = {(7, 5): _CC75, (8, 0): _CC80, (8, 6): _CC86, (8, 9): _CC89, (9, 0): _CC90}
+
 
 def _normalize(name: str) -> str:
     key = re.sub(r"[^a-z0-9]", "", name.lower())
@@ -257,10 +292,169 @@ for _target in _TARGET_LIST:
         _LOOKUP[_normalize(_label)] = _target
 
 
+_BUILT_IN = frozenset(TARGETS)
+
+
+def register_target(target: Target) -> Target:
+    """Add a GPU the table lacks (flashgen/target_files.py: a user's target file, `--targets FILE.toml`), or replace
+    the user's earlier one of that name; a name, marketing name or alias that is a built-in target's or another
+    target's is refused in one line."""
+    labels = [_normalize(label) for label in (target.name, target.marketing_name, *target.aliases)]
+    for label in labels:
+        known = _LOOKUP.get(label)
+        if known is not None and known != target and (known.name != target.name or known.name in _BUILT_IN):
+            raise UsageError(f"target {target.name!r}: the name {label!r} is already the target {known.name!r}"
+                             + (" (built in)" if known.name in _BUILT_IN else ""))
+    old = TARGETS.get(target.name)
+    if old is not None and old != target:  # the user's file changed: its labels go with it
+        _TARGET_LIST.remove(old)
+        for label in [k for k, v in _LOOKUP.items() if v is old]:
+            del _LOOKUP[label]
+    if old is None or old != target:
+        _TARGET_LIST.append(target)
+    TARGETS[target.name] = target
+    for label in labels:
+        _LOOKUP[label] = target
+    return target
+
+
+_user_targets_read: list[str] = []  # the config folder whose target files were read (once per folder)
+
+
+def user_targets_dir():
+    """Where `flashgen targets add` keeps the user's target files: `<config>/targets` (flashgen.paths.config_dir)."""
+    from flashgen.paths import config_dir
+
+    return config_dir() / "targets"
+
+
+def load_user_targets() -> list[Target]:
+    """Register the target files `flashgen targets add` wrote (the user's config folder), once per folder; a file that
+    no longer validates is named on stderr in one line and skipped (the others still load)."""
+    folder = user_targets_dir()
+    if str(folder) in _user_targets_read:
+        return []
+    _user_targets_read.append(str(folder))
+    loaded = []
+    for path in sorted(folder.glob("*.toml")) if folder.is_dir() else []:
+        try:
+            loaded.append(register_target(read_target_file(path).to_target()))
+        except UsageError as exc:
+            print(f"notice: skipped the target file {exc}", file=sys.stderr)
+    return loaded
+
+
+# ---------------------------------------------------------------------------------------------- target files
+# A GPU the table lacks, as a user writes it (TOML; flashgen/target_files.py: `targets add`, `--targets`, `detect`):
+# what the arch cannot give (SMs, clock, L2, memory bandwidth); the rest follows from the compute capability
+# (ARCH_FACTS) and the peaks from the arch's per-SM rates (SM_RATES) unless the file gives them.
+
+_MB_FILE = 1024 * 1024
+
+
+class TargetFile(BaseModel):
+    """A GPU the table lacks, as a user writes it (docs/batch.md, "New hardware")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$", description="lower-case key, e.g. rtx6000ada")
+    marketing_name: str = Field(min_length=1, max_length=100)
+    aliases: tuple[str, ...] = ()
+    compute_capability: tuple[int, int]
+    sm_count: int = Field(gt=0, le=4096)
+    boost_clock_mhz: float = Field(gt=0, le=10000, description="the clock the peaks are computed at")
+    l2_mb: float | None = Field(default=None, gt=0, le=4096)
+    l2_bytes: int | None = Field(default=None, gt=0)
+    mem_bandwidth_gbs: float = Field(gt=0, le=100000)
+    fp32_accumulate_half_rate: bool = Field(default=False, description="GeForce parts: fp16/bf16 mma with fp32 "
+                                            "accumulate at half the tensor rate")
+    peak_tflops: dict[str, float] | None = Field(default=None, description="dense tensor TFLOP/s per input dtype "
+                                                 "(fp32 = FMA); else from the arch's per-SM rates")
+    l2_bandwidth_gbs: float | None = Field(default=None, gt=0)
+    smem_per_sm_bytes: int | None = Field(default=None, gt=0)
+    smem_per_block_bytes: int | None = Field(default=None, gt=0)
+    regs_per_sm: int | None = Field(default=None, gt=0)
+    max_threads_per_sm: int | None = Field(default=None, gt=0)
+    max_blocks_per_sm: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _known(self) -> TargetFile:
+        cc = tuple(self.compute_capability)
+        if cc not in ARCH_FACTS:
+            known = ", ".join(f"{a}.{b}" for a, b in ARCH_FACTS)
+            raise ValueError(f"compute capability {cc[0]}.{cc[1]}: flashgen has no translator backend for "
+                             f"sm_{cc[0]}{cc[1]} (known: {known})")
+        if (self.l2_mb is None) == (self.l2_bytes is None):
+            raise ValueError("give the L2 size once: l2_mb or l2_bytes")
+        for dtype, value in (self.peak_tflops or {}).items():
+            if dtype not in ("fp16", "bf16", "tf32", "fp32") or not value > 0:
+                raise ValueError(f"peak_tflops.{dtype} = {value!r}: dtypes are fp16, bf16, tf32, fp32, each > 0")
+        return self
+
+    def to_target(self) -> Target:
+        facts = dict(ARCH_FACTS[tuple(self.compute_capability)])
+        rates = SM_RATES[facts["arch"]]
+        clock_ghz = self.boost_clock_mhz / 1000
+        peaks = self.peak_tflops or {}
+        if not peaks:
+            for dtype in ("fp16", "bf16", "tf32", "fp32"):
+                if dtype in rates:
+                    half = self.fp32_accumulate_half_rate and dtype in ("fp16", "bf16")
+                    peaks[dtype] = round(rates[dtype] * (0.5 if half else 1) * self.sm_count * clock_ghz / 1000, 1)
+        for field in ("smem_per_sm_bytes", "smem_per_block_bytes", "max_threads_per_sm", "max_blocks_per_sm"):
+            if getattr(self, field) is not None:
+                facts[field] = getattr(self, field)
+        extra = {"regs_per_sm": self.regs_per_sm} if self.regs_per_sm is not None else {}
+        l2_bw = self.l2_bandwidth_gbs or round(rates["l2_bytes_per_clk"] * self.sm_count * clock_ghz)
+        return Target(name=self.name, aliases=self.aliases, marketing_name=self.marketing_name, **facts, **extra,
+                      sm_count=self.sm_count, l2_bytes=self.l2_bytes or int(self.l2_mb * _MB_FILE),
+                      boost_clock_mhz=self.boost_clock_mhz, peak_tflops=peaks, mem_bandwidth_gbs=self.mem_bandwidth_gbs,
+                      l2_bandwidth_gbs=l2_bw)
+
+
+def _target_file_error(path: str, exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(p) for p in error.get("loc", ()) if p != "__root__")
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        return f"{path}: unknown key {where!r} (keys: {', '.join(TargetFile.model_fields)})"
+    if kind == "missing":
+        return f"{path}: missing key {where!r}"
+    msg = str(error.get("msg", "invalid")).removeprefix("Value error, ").replace("Input should be", "must be", 1)
+    return f"{path}: {where + ': ' if where else ''}{msg}"
+
+
+def parse_target_file(text: str, path: str = "<target>") -> TargetFile:
+    """A target file's text, validated; one-line UsageError otherwise."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not TOML: {exc}") from None
+    try:
+        return TargetFile.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError(_target_file_error(path, exc)) from None
+
+
+def read_target_file(path) -> TargetFile:
+    """A target file, read and validated; one-line UsageError otherwise."""
+    from flashgen.errors import InputError, read_text_input
+
+    try:
+        text = read_text_input(str(path))
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
+    return parse_target_file(text, str(path))
+
+
 def get_target(name: str) -> Target:
     """The target called `name`: its key, marketing name or an alias, ignoring case, spaces, dashes
-    and a leading "NVIDIA". Raises UsageError (one line, listing the known names) otherwise."""
+    and a leading "NVIDIA" (then the user's target files). Raises UsageError (one line, listing the known names)
+    otherwise."""
     target = _LOOKUP.get(_normalize(name)) if isinstance(name, str) else None
+    if target is None and isinstance(name, str):
+        load_user_targets()
+        target = _LOOKUP.get(_normalize(name))
     if target is None:
         raise UsageError(f"unknown GPU {name!r}; known: {', '.join(TARGETS)} (aliases such as h100-sxm, "
                          f"'quadro rtx 8000', 4090 work too)")
@@ -273,6 +467,41 @@ def tensor_cores_take(arch: str, dtype: DType | str) -> bool:
     GPU has is assumed to take it."""
     want = "tf32" if DType(dtype) is DType.fp32 else DType(dtype).value
     return all(want in t.tensor_dtypes for t in TARGETS.values() if t.arch == arch.removesuffix("a"))
+
+
+class RoleDataflow(BaseModel):
+    """The Hopper dataflow of an arch (docs/llm-tl.md, "Hopper dataflow"): a block split into a producer role that
+    loads tiles asynchronously (TMA) into rings of shared stages and a consumer role that computes on them
+    (warp specialization). What its kernel implements, read from here by the TL checker, the library and the
+    translator's sm90 backend (the one place these facts live)."""
+
+    model_config = ConfigDict(frozen=True)
+    max_stages: int = Field(description="the deepest ring of K/V stages the kernel implements")
+    dtypes: tuple[str, ...] = Field(description="input dtypes its tensor-core path takes (others: the plain dataflow)")
+    producer_warps: int = Field(description="warps of the producer role (one warpgroup; one thread issues the copies)")
+    rows_per_consumer_warp: int = Field(description="query rows per consumer warp (a warpgroup of 4 owns 64: wgmma m64)")
+    split_kv: bool = Field(default=False, description="whether split-KV decode is written in it")
+
+
+#: archs with a Hopper dataflow; Role blocks, staged buffers and async copies are refused elsewhere
+ROLE_DATAFLOW: dict[str, RoleDataflow] = {
+    # [PTX] cp.async.bulk.tensor (TMA) and mbarrier tx-counts, wgmma with both operands in shared memory, setmaxnreg:
+    # sm_90a. Stages: the sm90 kernel's rings are 1..3 deep (two or three 64-row consumer warpgroups and 3 stages of
+    # 128x128 K/V tiles at d128 fill about 228 KB of shared memory; benchmarks/kernel_dev/NOTES.md, session 3).
+    "sm_90": RoleDataflow(max_stages=3, dtypes=("fp16", "bf16"), producer_warps=4, rows_per_consumer_warp=16),
+}
+
+
+def role_dataflow(arch: str) -> RoleDataflow | None:
+    """The arch's Hopper dataflow (sm_90, sm_90a), or None where programs have no roles."""
+    return ROLE_DATAFLOW.get(arch.removesuffix("a"))
+
+
+def writes_role_dataflow(arch: str, dtype: DType | str, split_kv: bool = False) -> bool:
+    """Whether a program for `arch` in `dtype` is written in the Hopper dataflow (what the library renders, and
+    what the arch's warp-specialized kernel translates); else the plain form."""
+    flow = role_dataflow(arch)
+    return flow is not None and DType(dtype).value in flow.dtypes and (flow.split_kv or not split_kv)
 
 
 def resolve_target(target: Target | str) -> Target:

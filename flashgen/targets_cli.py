@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from flashgen.console import out
+from flashgen.errors import UsageError
 
 
 def _rate(value: float | None) -> str:
@@ -17,12 +18,26 @@ def _rate(value: float | None) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("targets")
     def targets_command(
-        name: str | None = typer.Argument(None, help="show one GPU in full (name or alias, e.g. h100-sxm)"),
+        name: str | None = typer.Argument(None, help="show one GPU in full (name or alias, e.g. h100-sxm); or `add` "
+                                          "FILE.toml (a GPU the table lacks), or `detect` (the GPU present)"),
+        file: str | None = typer.Argument(None, help="with `add`: the target file (docs/batch.md, New hardware)"),
         as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+        out_file: str | None = typer.Option(None, "--out", help="with `detect`: write the target file here "
+                                            "(default: print it)"),
+        device: int = typer.Option(0, "--device", help="with `detect`: the CUDA device to read"),
     ) -> None:
-        """List the GPUs flashgen knows, with the numbers its checker and roofline use."""
-        from flashgen.targets import TARGETS, get_target
+        """List the GPUs flashgen knows, with the numbers its checker and roofline use; `targets add FILE.toml` adds
+        one, `targets detect` writes the file of the GPU present."""
+        from flashgen.targets import TARGETS, get_target, load_user_targets
 
+        if name in ("add", "detect"):
+            from flashgen.targets_extra_cli import add_command, detect_command
+
+            add_command(file, as_json) if name == "add" else detect_command(file, out_file, device)
+            return
+        if file is not None:
+            raise UsageError(f"flashgen targets {name} {file}: one GPU name at a time (or `targets add FILE.toml`)")
+        load_user_targets()
         if name is not None:
             target = get_target(name)
             if as_json:

@@ -116,7 +116,9 @@ def test_crash_mid_run_then_resume_from_the_store(tmp_path):
     with pytest.raises(Crash):
         run_loop(LoopConfig(task=TASK), first, env=env, store=store, provider_info={"name": "scripted"})
     (run,) = store.runs()
-    assert run.status == "running"  # nothing marked it finished: the process "died"
+    # the crash is recorded as the run's end, with the step and whether --resume can help (issue 12)
+    assert run.status == "error" and "the translate step crashed: Crash: killed after step 3" in run.summary["reason"]
+    assert run.summary["resume"]["helps"] and "repeats the step that crashed" in run.summary["resume"]["how"]
     run_id = str(run.id)
     second = ScriptedProvider(replies[3:])
     result = resume_loop(run_id, lambda info: second, env=env, store=store)

@@ -108,3 +108,20 @@ def test_plan_is_the_bottom_of_the_translators_and_backends_import_no_renderer()
         imports = _translator_imports(path)
         assert all(m == "flashgen.translators.plan" or m.startswith("flashgen.translators.backends")
                    for m in imports), (path, imports)
+
+
+@pytest.mark.parametrize("dtype, backend", [(DType.bf16, "sm90"), (DType.fp32, "sm80")])
+def test_the_code_path_is_recorded_with_why(dtype, backend):
+    """meta.json's code_path: the path a kernel's TL takes and why (on sm_90, fp32 goes to the sm80 path, and the
+    record says so)."""
+    from flashgen.harness.environment import Environment
+    from flashgen.tl_spec import library
+
+    target = get_target("h200")
+    tl = library.render(Variant(causal=True), dtype=dtype, arch=target.arch, head_dim=128, form="full")
+    path = Environment().code_path(tl, target)
+    assert path["backend"] == backend
+    assert path["why"][0] == get_backend(backend).choice_note(target)
+    if backend == "sm80":
+        assert any("fp32" in note and "sm80" in note for note in path["why"][1:]), path
+    assert Environment().code_path("not a TL program", target) is None

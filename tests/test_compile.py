@@ -254,3 +254,113 @@ def test_ctypes_mirror_matches_the_c_struct(tmp_path):
                                                            check=True).stdout.splitlines())
     assert int(printed.pop("size")) == ctypes.sizeof(FlashgenAttnParams)
     assert {f: int(v) for f, v in printed.items()} == {f: getattr(FlashgenAttnParams, f).offset for f in fields}
+
+
+# ---------------------------------------------------------------------------------------------
+# Untrusted sources: nothing outside our folders is read, nothing of the host comes back
+# ---------------------------------------------------------------------------------------------
+
+def _secret_header(tmp_path: Path) -> Path:
+    secret = tmp_path / "host-secrets" / "secret.h"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("FLASHGEN_SECRET_TOKEN_4711 ;\n")
+    return secret
+
+
+def _everything_returned(result: CompileResult) -> str:
+    return result.model_dump_json() + result.feedback_text()
+
+
+def test_a_computed_include_is_refused_before_nvcc(tmp_path, monkeypatch):
+    secret = _secret_header(tmp_path)
+    script = tmp_path / "nvcc"
+    script.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo fake; exit 0; fi\ntouch {tmp_path}/ran\nexit 1\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("FLASHGEN_NVCC", str(script))
+    source = f'#define F "{secret}"\nconst char s[] = {{\n#include F\n}};\nextern "C" __global__ void k(float* x) {{}}\n'
+    result = compile_cuda(source, "sm_80", cache_dir=tmp_path / "cache")
+    assert not result.ok and result.errors[0].tool == "harness" and "computed include" in result.feedback_text()
+    assert not (tmp_path / "ran").exists()  # nvcc never ran
+
+
+@needs_nvcc
+def test_a_disguised_include_the_static_check_misses_is_refused_and_withheld(tmp_path, monkeypatch):
+    """What if the text check had a hole: the preprocessor's own list of opened files still refuses the build."""
+    secret = _secret_header(tmp_path)
+    monkeypatch.setattr(compile_mod, "file_access_issues", lambda source: [])
+    source = (f'#define F "{secret}"\n__device__ int s[] = {{\n#include F\n}};\n'
+              'extern "C" __global__ void k(int* x) { x[0] = s[0]; }\n')
+    result = compile_cuda(source, "sm_80", cache_dir=tmp_path / "cache")
+    assert not result.ok and result.cubin_path is None and result.log == ""
+    assert "outside the build folder" in result.feedback_text()
+    text = _everything_returned(result)
+    assert "FLASHGEN_SECRET_TOKEN_4711" not in text and str(secret) not in text and "host-secrets" not in text
+    assert not list((tmp_path / "cache").rglob("*.json"))  # not cached
+
+
+@needs_nvcc
+def test_an_assembler_file_directive_the_static_check_misses_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(compile_mod, "file_access_issues", lambda source: [])
+    source = ('#define EMPTY\nextern "C" __global__ void k(float* x) {\n'
+              '  asm volatile(".inc" EMPTY "bin \\"/etc/hostname\\"");\n}\n')
+    result = compile_cuda(source, "sm_80", cache_dir=tmp_path / "cache")
+    assert not result.ok and result.log == "" and "assembler directive" in result.feedback_text()
+
+
+def test_nvcc_runs_in_the_build_folder_with_a_scrubbed_environment(tmp_path, monkeypatch):
+    dump = tmp_path / "env.txt"
+    script = tmp_path / "nvcc"
+    script.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "fake nvcc env"; exit 0; fi\n'
+                      f'case "$*" in *-dryrun*) exit 0;; esac\n'
+                      f'pwd > {dump}.cwd\nenv > {dump}\nls > {dump}.ls\nexit 1\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("FLASHGEN_NVCC", str(script))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-flashgen-test-secret")
+    monkeypatch.setenv("NVCC_APPEND_FLAGS", "-DSNUCK_IN=1")
+    compile_cuda(KERNEL, "sm_80", cache_dir=tmp_path / "cache")
+    env = dict(line.split("=", 1) for line in dump.read_text().splitlines() if "=" in line)
+    assert "OPENAI_API_KEY" not in env and "NVCC_APPEND_FLAGS" not in env
+    assert set(env) - {"PWD", "SHLVL", "_", "OLDPWD"} <= {*compile_mod.PASSED_ENV, "HOME", "TMPDIR", "LC_ALL", "LANG"}
+    work = dump.with_suffix(".txt.cwd").read_text().strip()
+    assert env["HOME"] == env["TMPDIR"] == work and Path(work).name.startswith("flashgen-nvcc-")
+    assert dump.with_suffix(".txt.ls").read_text().split() == ["kernel.cu"]
+
+
+@needs_nvcc
+def test_compiler_output_shows_no_host_paths(tmp_path):
+    from flashgen.harness.compile import find_nvcc, toolkit_layout
+
+    source = ('#define FlashgenTensorMaps 1\n#include "flashgen_abi.cuh"\n#include <cuda_fp16.h>\n'
+              'extern "C" __global__ void k(float* x) { __half h = __hadd(1, 2, 3); }\n')
+    result = compile_cuda(source, "sm_80", cache_dir=tmp_path / "cache")
+    assert not result.ok
+    text = result.log + result.feedback_text() + " ".join(e.file or "" for e in result.errors + result.warnings)
+    assert "<cuda>/targets/" in text or "<cuda>/include" in text  # the toolkit's notes, by toolkit path
+    for host in (str(compile_mod.PROJECT_ROOT), toolkit_layout(find_nvcc()).root, "/tmp/", str(Path.home())):
+        assert host not in text, host
+
+
+@needs_nvcc
+def test_compiler_output_is_capped(tmp_path):
+    name = "x" * 5000
+    source = 'extern "C" __global__ void k(float* x) {\n' + f"  x[0] = {name}_a + {name}_b;\n" * 30 + "}\n"
+    result = compile_cuda(source, "sm_80", cache_dir=tmp_path / "cache")
+    assert not result.ok and len(result.log) <= compile_mod.LOG_LIMIT + 100
+    assert all(len(e.message) <= compile_mod.MESSAGE_LIMIT + 100 for e in result.errors)
+    assert len(result.errors) <= compile_mod.MAX_DIAGNOSTICS and len(result.feedback_text()) <= 2000
+
+
+def test_path_scrubber_and_dependency_lists(tmp_path):
+    from flashgen.harness.compile import PathScrubber, outside_files, read_deps
+
+    scrub = PathScrubber("/tmp/flashgen-nvcc-abc", None, ["/usr/include"])
+    text = scrub(f"/tmp/flashgen-nvcc-abc/kernel.ptx, line 3 {compile_mod.PROJECT_ROOT}/flashgen/include/x.cuh(2) "
+                 "/usr/include/stdint.h /home/someone/secret.txt a/b x = y /z")
+    assert text == ("kernel.ptx, line 3 flashgen/include/x.cuh(2) <system>/stdint.h <path> a/b x = y /z")
+    deps = tmp_path / "kernel.deps"
+    deps.write_text("kernel.o: kernel.cu /usr/include/stdc-predef.h \\\n /opt/my\\ dir/a.h /etc/hostname\n")
+    assert read_deps(deps) == ["kernel.cu", "/usr/include/stdc-predef.h", "/opt/my dir/a.h", "/etc/hostname"]
+    assert outside_files(read_deps(deps), "/tmp/w", ["/usr/include", "/opt/my dir"]) == ["/etc/hostname"]
+    assert outside_files(["/usr/include/../../etc/hostname"], "/tmp/w", ["/usr/include"]) == \
+        ["/usr/include/../../etc/hostname"]
+    assert read_deps(tmp_path / "missing.deps") is None

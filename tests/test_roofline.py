@@ -152,3 +152,71 @@ def test_library_causal_d128_on_h200_is_tensor_bound():
     old = estimate(OpCounts(mma_flops=big.mma_flops, bytes={k: v for k, v in big.bytes.items()
                                                             if k.startswith("global")}), get_target("h200"), "fp16")
     assert old.bound == "memory" and old.memory_s == pytest.approx(0.4896e-3, rel=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Only the visible work counts (window, causal, N != M): one count for the TF/s figures and the roofline
+# ---------------------------------------------------------------------------------------------
+
+def test_visible_work_matches_the_reference_mask():
+    import itertools
+
+    from flashgen.reference import visible_mask
+    from flashgen.roofline import visible_work
+    from flashgen.variant import Variant
+
+    variants = [Variant(), Variant(causal=True), Variant(causal=True, window=1), Variant(causal=True, window=7),
+                Variant(causal=True, window=500)]
+    for n, m, v in itertools.product([1, 2, 9, 64, 100], [1, 3, 16, 64, 130], variants):
+        mask = visible_mask(n, m, v)
+        work = visible_work(v, n, m)
+        assert (work.pairs, work.rows, work.keys) == (mask.sum(), mask.any(1).sum(), mask.any(0).sum()), (n, m, v)
+        # the FLOP count takes FlashAttention's half for causal N = M, the exact count everywhere else
+        assert work.counted_pairs == (n * m / 2 if v.causal and v.window is None and n == m else work.pairs)
+
+
+def test_flops_count_only_what_the_mask_leaves():
+    from flashgen.harness.bench import attention_counts, tflops
+    from flashgen.variant import Variant
+
+    big = Shape(B=4, H=16, N=4096, M=4096, D=128)
+    window = Variant(causal=True, window=256)
+    per_head = 4096 * 256 - 256 * 255 // 2  # rows 0..254 see fewer than 256 keys
+    assert attention_flops(big, window) == 4 * 4 * 16 * 128 * per_head
+    assert attention_flops(big, Variant(causal=True)) == attention_flops(big, True) == big.flops(True)
+    assert attention_flops(big, Variant()) == big.flops(False)
+    # causal with N != M is bottom-right aligned: N < M sees more than half, N > M less
+    wide, tall = Shape(B=1, H=1, N=100, M=300, D=64), Shape(B=1, H=1, N=300, M=100, D=64)
+    assert attention_flops(wide, Variant(causal=True)) == 4 * 64 * (100 * 300 - 100 * 99 // 2)
+    assert attention_flops(tall, Variant(causal=True)) == 4 * 64 * (100 * 101 // 2)
+    # the benchmark's TF/s and its roofline counts agree
+    assert tflops(big, window, 1.0) == pytest.approx(attention_flops(big, window) / 1e-3 / 1e12)
+    counts = attention_counts(big, window, DType.fp16)
+    assert counts.mma_flops == attention_flops(big, window) and counts.sfu_ops == 4 * 16 * per_head
+    # K/V rows no query sees are not compulsory reads: a short window over a long key sequence
+    short = Shape(B=1, H=1, N=64, M=4096, D=64)
+    reads = attention_counts(short, Variant(causal=True, window=64), DType.fp16).bytes["dram_read"]
+    assert reads == (64 * 64 + 2 * 127 * 64) * 2
+
+
+def test_a_windowed_kernel_is_not_above_the_peak():
+    """The report's 'TFLOP/s at the bound' of a sliding-window kernel: 1610 TFLOP/s on an A100 (peak 312) while the
+    FLOP count ignored the window."""
+    from flashgen.agent.outputs import _roofline
+    from flashgen.agent.providers import Task
+    from flashgen.harness.environment import Environment
+    from flashgen.tl_spec import library, parse
+    from flashgen.tl_spec.interpreter import interpret
+    from flashgen.variant import Variant
+
+    variant = Variant(causal=True, window=128)
+    a100 = get_target("a100")
+    text = library.render(variant, dtype="fp16", arch="sm_80", head_dim=64,
+                          params={"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4, "STAGES": 1})
+    shape = Shape(B=1, H=1, N=2048, M=2048, D=64)
+    counts = interpret(parse(text, "window.tl"), shape, seed=0).counts
+    payload = {**counts.model_dump(), "shape": "B=1,H=1,N=2048,M=2048,D=64"}
+    task = Task(variant=variant, target="a100", arch="sm_80", dtype=DType.fp16, head_dim=64)
+    roof = _roofline(payload, a100, task, Environment())
+    assert 0 < roof["tflops_at_bound"] <= a100.peak_tflops["fp16"]
+    assert shape.flops(True) / roof["time_s"] / 1e12 > a100.peak_tflops["fp16"]  # what the old count claimed

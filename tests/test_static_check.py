@@ -98,3 +98,70 @@ def test_issue_text_is_compact():
     assert str(issues[0]).startswith(f"line {GOOD.count(chr(10)) + 1}: helper:") and "[host-function]" in str(issues[0])
     text = format_issues(issues, max_chars=500)
     assert len(text) <= 500 and text.endswith("more")
+
+
+# ---------------------------------------------------------------------------------------------
+# Model-written code is untrusted: every way of making the preprocessor (or an assembler) read a file
+# ---------------------------------------------------------------------------------------------
+
+HOST_FILE = "/etc/hostname"
+
+
+@pytest.mark.parametrize("snippet,rule", [
+    (f'#define F "{HOST_FILE}"\nconst char s[] = {{\n#include F\n}};', "include"),          # computed include
+    (f"#define F <{HOST_FILE}>\n#include F", "include"),
+    (f'#inc\\\nlude "{HOST_FILE}"', "include"),                                              # line splice
+    (f'#inc\\  \nlude "{HOST_FILE}"', "include"),                                            # gcc: blanks after \
+    (f'#/* a comment */include "{HOST_FILE}"', "include"),                                   # comment in a directive
+    (f'#/*\n\n*/include "{HOST_FILE}"', "include"),                                          # ... joining lines
+    (f'%:include "{HOST_FILE}"', "include"),                                                 # digraph
+    (f'??=include "{HOST_FILE}"', "include"),                                                # trigraph
+    (f"char c = L'/*';\n#include \"{HOST_FILE}\"\n// */", "include"),                        # prefixed char literal
+    (f'const char* s = u8R"x(\n)x";\n#include "{HOST_FILE}"', "include"),                   # prefixed raw string
+    ("#include_next <cuda_fp16.h>", "include"),
+    ('#import "kernel.h"', "include"),
+    (f'const char s[] = {{\n#embed "{HOST_FILE}"\n}};', "include"),
+    ('#if __has_include("/etc/shadow")\n#error yes\n#endif', "preprocessor"),
+    ("#if __has_include_next(<cuda_fp16.h>)\n#endif", "preprocessor"),
+    ('#pragma GCC dependency "/etc/passwd"', "preprocessor"),
+    ('#pragma GCC system_header', "preprocessor"),
+    ('_Pragma("GCC dependency \\"/etc/passwd\\"")', "preprocessor"),
+    ("#define CAT(a, b) a##b", "preprocessor"),                                              # pasting builds names
+    ('#line 1 "/usr/include/x.h"', "preprocessor"),
+    ('# 1 "/usr/include/x.h" 3', "preprocessor"),
+    ('#ident "x"', "preprocessor"),
+    (f'__device__ void f() {{ asm(".incbin \\"{HOST_FILE}\\""); }}', "asm"),
+    (f'__device__ void f() {{ __asm__ volatile(".include \\"{HOST_FILE}\\""); }}', "asm"),
+    (f'__device__ void f() {{ asm(".inc" /* split */ "bin \\"{HOST_FILE}\\""); }}', "asm"),
+    ('#define S(x) #x\n__device__ void f() { asm(S(.incbin "/etc/hostname")); }', "asm"),
+])
+def test_each_way_to_read_a_host_file_is_refused(snippet, rule):
+    from flashgen.harness.static_check import file_access_issues
+
+    source = GOOD + snippet + "\n"
+    issues = [i for i in static_check(source) if i.rule == rule]
+    assert issues, f"{rule} not flagged for {snippet!r}"
+    first_line = GOOD.count("\n") + 1
+    assert first_line <= issues[0].line <= source.count("\n")
+    assert all("\n" not in str(i) for i in issues)  # one line each
+    assert file_access_issues(source)  # compile_cuda refuses it too, before nvcc runs
+    assert file_access_issues(GOOD) == [] and rules(GOOD) == set()
+
+
+def test_allowed_directives_and_pragmas_pass():
+    source = GOOD + ("#pragma unroll 4\n#pragma nv_diag_suppress 177\n#pragma once\n#define TWICE(x) ((x) + (x))\n"
+                     "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n#elif 1\n#else\n#endif\n#undef TWICE\n"
+                     "// #include </etc/passwd> in a line comment is only a comment\n")
+    assert static_check(source) == []
+
+
+def test_expert_and_test_kernels_pass_the_file_checks():
+    from pathlib import Path
+
+    from flashgen.harness.static_check import file_access_issues
+
+    root = Path(__file__).resolve().parents[1]
+    files = sorted(root.glob("generated/*/*/*/kernel.cu")) + sorted((root / "flashgen").rglob("*.cu*"))
+    assert len(files) > 40
+    for path in files:
+        assert file_access_issues(path.read_text()) == [], path

@@ -22,9 +22,21 @@ def test_committed_files_equal_the_rendering(name):
             f"{name}.{form}.tl is stale: run `python -m flashgen.tl_spec.library`"
 
 
+def _sm90_text(name):
+    """The program as rendered for sm_90 bf16: the Hopper dataflow (Role blocks), split-KV in the plain form."""
+    variant = library.PROGRAMS[name]
+    params = library.default_params(variant) if variant.split_kv else {"BLOCK_M": 128, "BLOCK_N": 64, "WARPS": 8,
+                                                                        "STAGES": 2}
+    text = library.render(variant, dtype="bf16", arch="sm_90", params=params, name=name)
+    assert ("Role producer" in text) == (not variant.split_kv)
+    return text
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("name", library.list_programs())
-def test_library_program_checks_and_matches_reference(name):
-    program = parse(library.load(name, "full"), f"{name}.full.tl")
+def test_library_program_checks_and_matches_reference(name, arch):
+    text = library.load(name, "full") if arch == "sm_80" else _sm90_text(name)
+    program = parse(text, f"{name}.full.tl")
     assert errors_only(check(program)) == []
     assert program.variant == library.PROGRAMS[name]
     for shape in SHAPES.get(name, MHA_SHAPES):

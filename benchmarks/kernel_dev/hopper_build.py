@@ -8,6 +8,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import jinja2
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from flashgen.abi import ABI_HEADER  # noqa: E402
@@ -16,28 +18,90 @@ from flashgen.translators.render import render  # noqa: E402
 from flashgen.translators.rules import plan_for_variant  # noqa: E402
 from flashgen.variant import DType, Variant  # noqa: E402
 
+HERE = Path(__file__).resolve().parent
+# The production tiles (flashgen/translators/backends/sm90/__init__.py's measured table).
+TILES = {(64, False): (192, 128, 2), (64, True): (192, 128, 2), (128, False): (128, 176, 2), (128, True): (128, 128, 2),
+         (256, False): (128, 80, 2), (256, True): (128, 80, 2)}
+# Session 4 schedules (versions/sm90-session4-schedules.cu.j2 with its flags as template globals): v1 = session 3's
+# kernel (one CTA per work tile, versions/sm90-v1-grid-per-tile.cu.j2); P = persistent grid; PO = persistent + S of
+# the next tile before P V (intra-warpgroup overlap); POP = PO + ping-pong; A = PO with Q double-buffered where it
+# fits, Ag1 = A with GROUP_HEADS=1 (causal), Ap = A + ping-pong. "cur" is the production template.
+S4 = "sm90-session4-schedules.cu.j2"
+SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
+             "P": dict(template=S4, flags=dict(intra_overlap=False, pingpong=False, q_buffers=1)),
+             "PO": dict(template=S4, flags=dict(intra_overlap=True, pingpong=False, q_buffers=1)),
+             "POP": dict(template=S4, flags=dict(intra_overlap=True, pingpong=True, q_buffers=1)),
+             "A": dict(template=S4, flags=dict(intra_overlap=True, pingpong=False, q_buffers=2)),
+             "Ag1": dict(template=S4, flags=dict(intra_overlap=True, pingpong=False, q_buffers=2),
+                         update={"group_heads": 1}, only=lambda plan: plan.variant.causal),
+             "Ap": dict(template=S4, flags=dict(intra_overlap=True, pingpong=True, q_buffers=2)),
+             "cur": {}}
+RUN = ("cur",)  # the schedules built by default
+
+
+# Session 4 run 3: tiles for the persistent, overlapped kernel, mostly the causal rows at small N.
+SWEEP = {(64, True): ((128, 128, 2), (192, 64, 2)), (64, False): ((128, 128, 2),),
+         (128, True): ((128, 96, 2), (128, 176, 2)), (256, True): ((128, 64, 2),), (256, False): ((128, 64, 2),)}
+
+
 def configs():
-    """(name, variant, dtype, head dim, (BLOCK_M, BLOCK_N, STAGES)): the session-3 tile sweep."""
-    for causal in (False, True):
+    """(name, variant, dtype, head dim, (BLOCK_M, BLOCK_N, STAGES), schedule): every schedule in RUN x production
+    tile, then the production template over SWEEP."""
+    def entry(sched, d, causal, tiles):
         kind = "causal" if causal else "plain"
-        for d, tiles in ((64, ((128, 128, 2), (192, 128, 2))), (128, ((128, 128, 2), (128, 176, 2), (128, 128, 3))),
-                         (256, ((128, 64, 2), (128, 80, 2)))):
-            for bm, bn, st in tiles:
-                if causal and (bm, bn, st) in ((128, 128, 3), (128, 64, 2)):
-                    continue
-                yield f"{kind}_bf16_d{d}_{bm}x{bn}s{st}", Variant(causal=causal), DType.bf16, d, (bm, bn, st)
+        bm, bn, st = tiles
+        return f"{sched}_{kind}_bf16_d{d}_{bm}x{bn}s{st}", Variant(causal=causal), DType.bf16, d, tiles, sched
+
+    for sched in RUN:
+        for (d, causal), tiles in TILES.items():
+            yield entry(sched, d, causal, tiles)
+    for (d, causal), sweep in SWEEP.items():
+        for tiles in sweep:
+            yield entry("cur", d, causal, tiles)
 
 
-def build(out: Path, name, variant, dtype, d, tiles) -> str:
+def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
+    """Render one kernel into out/name (serially: the schedule options are module state of the sm90 backend)."""
+    from flashgen.translators.backends.sm90 import kernel
+
     target = get_target("h200")
     bm, bn, stages = tiles
+    spec = SCHEDULES[sched]
     plan = plan_for_variant(variant, target, dtype, d).model_copy(update=dict(
-        block_m=bm, block_n=bn, warps=bm // 16, stages=stages, backend="sm90", name=f"fg_{name}_sm90"))
-    source, manifest = render(plan)
+        block_m=bm, block_n=bn, warps=bm // 16, stages=stages, backend="sm90", name=f"fg_{name}_sm90",
+        **spec.get("update", {})))
+    if "only" in spec and not spec["only"](plan):
+        return None
+    saved_env = kernel._environment
+    try:
+        if "template" in spec:  # an older template from versions/, under the production name
+            env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(HERE / "versions"), str(kernel.TEMPLATES)]),
+                                     undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                                     keep_trailing_newline=True)
+            env.globals.update(spec.get("flags", {}))
+            env.get_template = lambda _name, _t=spec["template"], _g=env.get_template: _g(_t)
+            kernel._environment = lambda: env
+        source, manifest = render(plan)
+    finally:
+        kernel._environment = saved_env
+    q_buffers = spec.get("flags", {}).get("q_buffers", 1)
+    if q_buffers == 2:  # the second Q buffer is only used where it fits, as the session-4 template had it
+        extra = plan.block_m * kernel.chunks(d) * 64 * dtype.itemsize + 16
+        if manifest.launches[0].smem_bytes + extra <= target.smem_per_block_bytes:
+            manifest.launches[0].smem_bytes += extra
+        else:
+            source = source.replace("constexpr int Q_BUFFERS = 2;", "constexpr int Q_BUFFERS = 1;")
+    if sched == "v1":  # one CTA per work tile
+        manifest.launches[0].grid = (f"cdiv(N, {bm})", "H", "B")
     kdir = out / name
     kdir.mkdir(parents=True, exist_ok=True)
     (kdir / "kernel.cu").write_text(source)
     (kdir / "manifest.json").write_text(manifest.model_dump_json(indent=1))
+    return kdir
+
+
+def compile_one(kdir: Path) -> str:
+    name = kdir.name
     cmd = ["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-O3", "-std=c++17", "-lineinfo", "-Xptxas", "-v",
            "-I", str(ABI_HEADER.parent), "kernel.cu", "-o", "kernel.cubin"]
     run = subprocess.run(cmd, cwd=kdir, capture_output=True, text=True)
@@ -51,6 +115,7 @@ if __name__ == "__main__":
     out = Path(sys.argv[1])
     wanted = set(sys.argv[2:])
     todo = [c for c in configs() if not wanted or c[0] in wanted]
-    with ThreadPoolExecutor(4) as ex:
-        for line in ex.map(lambda c: build(out, *c), todo):
+    kdirs = [k for k in (render_one(out, *c) for c in todo) if k is not None]
+    with ThreadPoolExecutor(2) as ex:
+        for line in ex.map(compile_one, kdirs):
             print(line, flush=True)

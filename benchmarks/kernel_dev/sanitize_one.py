@@ -1,5 +1,7 @@
 """One launch of a prebuilt kernel on a small ragged shape, for compute-sanitizer (racecheck, synccheck):
-    compute-sanitizer --tool racecheck python3 benchmarks/kernel_dev/sanitize_one.py DIR
+    compute-sanitizer --tool racecheck python3 benchmarks/kernel_dev/sanitize_one.py DIR [B H N M]
+The default shape (B=2, H=70, N=200, M=333) has more work tiles than an H200 has SMs, so a persistent CTA
+walks several.
 DIR holds kernel.cubin and manifest.json (hopper_build.py). Inputs are cupy arrays (no torch: a short start
 under the sanitizer); prints the max |O| so a run that wrote nothing shows."""
 
@@ -17,7 +19,8 @@ from flashgen.harness.device import launch  # noqa: E402
 
 kdir = Path(sys.argv[1])
 manifest = KernelManifest.model_validate_json((kdir / "manifest.json").read_text())
-b, h, n, m, d = 1, 2, 200, 333, manifest.head_dim
+b, h, n, m = (int(x) for x in sys.argv[2:6]) if len(sys.argv) > 5 else (2, 70, 200, 333)
+d = manifest.head_dim
 rng = cp.random.default_rng(1)
 half = cp.float16 if manifest.dtype.value == "fp16" else cp.uint16
 

@@ -1,26 +1,42 @@
 """The generate loop: sketch -> full TL -> CPU check (parse, check, interpret vs fp64) -> CUDA ->
 static check + compile -> verify -> benchmark -> feedback, until the kernel is correct and fast enough
-or a budget runs out. One linear conversation per phase; every step is persisted before the next."""
+or a budget runs out. One linear conversation per phase; every step is persisted before the next.
+
+However a run ends (done, budget, failed, a provider error, a crash of a stage, SIGINT or SIGTERM) it is marked
+ended in the store with the reason and whether `--resume` can help. `--max-wall` bounds the whole run: the model
+call gets the time left as its deadline, and a watchdog (SIGALRM, in the main thread) stops any step that outlives
+it by more than WALL_GRACE_S."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from flashgen import prompts
-from flashgen.abi import KernelManifest, fields_outline, validation_error_lines
+from flashgen.abi import SIZE_NAMES, KernelManifest, fields_outline, validation_error_lines
 from flashgen.agent.extract import extract
-from flashgen.agent.messages import ChatMessage, ModelRequest, Provider, Task
+from flashgen.agent.messages import ChatMessage, DeadlineExceeded, ModelRequest, Provider, ProviderError, Task
 from flashgen.agent.trace import RunTrace
+from flashgen.errors import Interrupted
 from flashgen.harness.environment import Environment, Timing, Verification, manifest_from_json
+from flashgen.operators import SIZE_FUNCTIONS
+from flashgen.prompts.internal import for_model, for_model_code
+from flashgen.prompts.rules import reference_for, rules_for
+from flashgen.targets import writes_role_dataflow
 from flashgen.variant import __doc__ as VARIANT_CONVENTIONS
 
 Phase = Literal["sketch", "params", "translate"]
 KEEP_EXCHANGES = 2  # repair rounds kept in a conversation besides its opening prompt
+WALL_GRACE_S = 5.0  # how long a step may outlive --max-wall before the watchdog stops it
+REPLY_HEAD_CHARS = 2000  # what the record keeps of a reply refused for its size
 # the conventions list of flashgen/variant.py, the one statement of what every variant computes
 _SEMANTICS = VARIANT_CONVENTIONS[VARIANT_CONVENTIONS.index("- Q is"):].strip()
 
@@ -37,6 +53,8 @@ class LoopConfig(BaseModel):
     budget: Budget = Field(default_factory=Budget)
     goal_speedup: float = Field(default=1.0, gt=0, description="stop once best-baseline time / ours reaches this")
     max_no_code: int = Field(default=3, ge=1, description="replies without usable code tolerated in a row")
+    max_reply_chars: int = Field(default=200_000, ge=1000, description="a longer reply is refused: recorded by its "
+                                 "head and hash only, never sent back in a prompt")
 
 
 class Candidate(BaseModel):
@@ -71,7 +89,7 @@ class LoopState(BaseModel):
                                       "(translate: its ```json manifest)")
     repeats: int = Field(default=0, description="replies in a row that repeated the previous one after a repair prompt")
     best: Candidate | None = None
-    status: Literal["running", "done", "budget", "failed"] = "running"
+    status: Literal["running", "done", "budget", "failed", "error", "interrupted"] = "running"
     reason: str = ""
 
 
@@ -87,6 +105,41 @@ class LoopResult(BaseModel):
     iterations: int
     tokens: int
     cost_usd: float | None
+    resume: dict[str, Any] = Field(default_factory=dict, description="helps (bool) and how: whether --resume can help")
+
+
+class WallTimeExceeded(BaseException):
+    """Raised by the watchdog inside a step that outlives --max-wall (a BaseException, so that no stage's
+    `except Exception` swallows it)."""
+
+
+@contextmanager
+def _watchdog(deadline: float | None, grace_s: float) -> Iterator[None]:
+    """SIGALRM at `deadline` + grace raises WallTimeExceeded wherever the step is (a socket read, nvcc's wait, the
+    interpreter). Only in the main thread and when no other interval timer is set; elsewhere the step relies on its
+    own bounds (the model call's deadline, the worker's and the compiler's timeouts)."""
+    if (deadline is None or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread()
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):
+        yield
+        return
+    left = deadline + grace_s - time.monotonic()
+    if left <= 0:
+        raise WallTimeExceeded()
+
+    def on_alarm(_signum, _frame):
+        raise WallTimeExceeded()
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, left)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# the budget a stop names -> the flag that raises it on --resume
+_BUDGET_FLAGS = {"iteration": "--max-iters", "token": "--max-tokens", "cost": "--max-cost", "wall-time": "--max-wall"}
 
 
 class Loop:
@@ -102,38 +155,111 @@ class Loop:
     def run(self) -> LoopResult:
         s, started = self.state, time.monotonic()
         base_elapsed = s.elapsed_s
-        while s.status == "running":
+        wall = self.config.budget.max_wall_s
+        self._deadline = None if wall is None else started + wall - base_elapsed
+        self._stage, self._end_kind = s.next_stage.get(s.phase, s.phase), ""
+
+        def tick() -> None:
             s.elapsed_s = base_elapsed + time.monotonic() - started
-            if (exhausted := self._exhausted()) is not None:
-                self._stop("budget", exhausted)
-                break
-            self._step()
-            s.elapsed_s = base_elapsed + time.monotonic() - started
-            self.trace.event("state", s.model_dump(mode="json"))
+
+        try:
+            while s.status == "running":
+                tick()
+                if (exhausted := self._exhausted()) is not None:
+                    self._end_kind = exhausted[1]
+                    self._stop("budget", exhausted[0])
+                    break
+                try:
+                    with _watchdog(self._deadline, WALL_GRACE_S):
+                        self._step()
+                except WallTimeExceeded:
+                    tick()
+                    self._end_kind = "wall-time"
+                    self._stop("budget", f"wall-time budget spent ({s.elapsed_s:.0f} s, inside the {self._stage} step)")
+                    break
+                except ProviderError as exc:
+                    tick()
+                    if isinstance(exc, DeadlineExceeded) and exc.wall:
+                        self._end_kind = "wall-time"
+                        self._stop("budget", f"wall-time budget spent ({s.elapsed_s:.0f} s, waiting for the model at "
+                                             f"the {self._stage} step)")
+                    else:
+                        self._end_kind = "provider-transient" if exc.transient else "provider"
+                        self._stop("error", str(exc))
+                    break
+                tick()
+                self.trace.event("state", s.model_dump(mode="json"))
+        except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM turned into Interrupted by the CLI
+            tick()
+            name = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
+            self._end_kind = "interrupted"
+            self._stop("interrupted", f"interrupted by {name} during the {self._stage} step")
+            result = self._finish()
+            raise Interrupted(f"interrupted ({name}): run {result.run_id} stopped during the {self._stage} step and "
+                              f"was recorded; {result.resume['how']}", name) from None
+        except (Exception, SystemExit) as exc:  # a crash of a stage: recorded, then reported as the bug it is
+            tick()
+            self._end_kind = "crash"
+            self._stop("error", f"the {self._stage} step crashed: {type(exc).__name__}: {exc}")
+            self._finish()
+            raise
+        return self._finish()
+
+    def _finish(self) -> LoopResult:
+        s = self.state
         cost = None if s.cost_unknown else s.cost_usd
+        resume = self._resume_hint()
         result = LoopResult(run_id=self.trace.run_id, task=self.task,
-                            provider={"name": self.provider.name, "model": self.provider.model}, status=s.status, reason=s.reason, best=s.best, sketch=s.sketch,
-                            tl=s.tl, iterations=s.iterations, tokens=s.input_tokens + s.output_tokens, cost_usd=cost)
+                            provider={"name": self.provider.name, "model": self.provider.model}, status=s.status,
+                            reason=s.reason, best=s.best, sketch=s.sketch, tl=s.tl, iterations=s.iterations,
+                            tokens=s.input_tokens + s.output_tokens, cost_usd=cost, resume=resume)
         self.trace.finish(s.status, {"reason": s.reason, "iterations": s.iterations, "tokens": result.tokens,
-                                     "cost_usd": cost, "has_kernel": s.best is not None})
+                                     "cost_usd": cost, "has_kernel": s.best is not None, "resume": resume})
         return result
 
-    def _exhausted(self) -> str | None:
+    def _resume_hint(self) -> dict[str, Any]:
+        """Whether `flashgen generate --resume RUN --out DIR` can help, and how (what `runs show` prints)."""
+        s, run = self.state, self.trace.run_id
+        cmd = f"flashgen generate --resume {run} --out DIR"
+        kind = self._end_kind
+        if s.status == "done":
+            return {"helps": False, "how": "nothing to resume: the run is done"}
+        if s.status == "failed":
+            return {"helps": True, "how": f"`{cmd} --provider P --model M` asks another model the request that ended "
+                                          "it (the same model would repeat its replies)"}
+        if s.status == "budget":
+            flag = _BUDGET_FLAGS.get(kind, "--max-iters")
+            return {"helps": True, "how": f"`{cmd} {flag} N` continues it with a larger budget (N counts the whole "
+                                          "run)"}
+        if s.status == "interrupted":
+            return {"helps": True, "how": f"`{cmd}` continues it from the step it was in"}
+        if kind == "provider-transient":
+            return {"helps": True, "how": f"`{cmd}` continues it once the provider answers again"}
+        if kind == "provider":
+            return {"helps": True, "how": f"`{cmd}` repeats the refused request: it helps only once the cause (key, "
+                                          "model name, quota) is fixed, or with `--provider P --model M` (another "
+                                          "model)"}
+        return {"helps": True, "how": f"`{cmd}` repeats the step that crashed: it helps only once the cause is fixed "
+                                      "(a crash is a flashgen bug: please report it)"}
+
+    def _exhausted(self) -> tuple[str, str] | None:
+        """(why, which budget) once a budget is spent."""
         s, b = self.state, self.config.budget
         if s.iterations >= b.max_iters:
-            return f"iteration budget spent ({s.iterations} model calls)"
+            return f"iteration budget spent ({s.iterations} model calls)", "iteration"
         if b.max_tokens is not None and s.input_tokens + s.output_tokens >= b.max_tokens:
-            return f"token budget spent ({s.input_tokens + s.output_tokens} >= {b.max_tokens})"
+            return f"token budget spent ({s.input_tokens + s.output_tokens} >= {b.max_tokens})", "token"
         if b.max_cost_usd is not None and s.cost_usd >= b.max_cost_usd:
-            return f"cost budget spent (${s.cost_usd:.4f} >= ${b.max_cost_usd:g})"
+            return f"cost budget spent (${s.cost_usd:.4f} >= ${b.max_cost_usd:g})", "cost"
         if b.max_wall_s is not None and s.elapsed_s >= b.max_wall_s:
-            return f"wall-time budget spent ({s.elapsed_s:.0f} s)"
+            return f"wall-time budget spent ({s.elapsed_s:.0f} s)", "wall-time"
         return None
 
     def _stop(self, status: str, reason: str) -> None:
         kept = " (keeping the best kernel so far)" if self.state.best is not None and status != "done" else ""
         self.state.status, self.state.reason = status, reason + kept  # type: ignore[assignment]
-        self.progress(f"{status}: {reason}{kept}")
+        if status not in ("error", "interrupted"):  # those are said once, by the error that ends the command
+            self.progress(f"{status}: {reason}{kept}")
 
     def _step(self) -> None:
         s, phase = self.state, self.state.phase
@@ -141,9 +267,9 @@ class Loop:
         if not conversation:
             self._say(phase, [ChatMessage(role="system", content=prompts.render("system")),
                               ChatMessage(role="user", content=self._opening_prompt(phase))], phase)
-        stage = s.next_stage.get(phase, phase)
+        stage = self._stage = s.next_stage.get(phase, phase)
         messages = conversation[:2] + conversation[2:][-2 * KEEP_EXCHANGES:]
-        request = ModelRequest(stage=stage, messages=messages, task=self.task, phase=phase)
+        request = ModelRequest(stage=stage, messages=messages, task=self.task, phase=phase, deadline=self._deadline)
         s.iterations += 1
         self.progress(f"[{s.iterations}] {stage}: asking {self.provider.name}")
         reply = self.provider.complete(request)
@@ -153,11 +279,32 @@ class Loop:
             s.cost_unknown = True
         else:
             s.cost_usd += reply.cost_usd
+        if len(reply.text) > self.config.max_reply_chars:
+            return self._oversized(phase, stage, reply)
         conversation.append(ChatMessage(role="assistant", content=reply.text))
         self.trace.event("reply", {"phase": phase, "stage": stage, "iteration": s.iterations, "text": reply.text,
                                    "model": reply.model, "usage": reply.usage.model_dump(), "cost_usd": reply.cost_usd,
                                    "attempts": reply.attempts, "note": reply.note})
         getattr(self, f"_evaluate_{phase}")(reply.text)
+
+    def _oversized(self, phase: str, stage: str, reply) -> None:
+        """A reply over max_reply_chars: only its head and hash are recorded, the conversation gets a one-line
+        stand-in (so the next prompt does not carry it), and it counts as a reply without usable code."""
+        s, cap, size = self.state, self.config.max_reply_chars, len(reply.text)
+        digest = hashlib.sha256(reply.text.encode("utf-8", "surrogatepass")).hexdigest()
+        refused = f"a reply of {size} characters, over the {cap}-character limit, was discarded"
+        s.conversations[phase].append(ChatMessage(role="assistant", content=f"[{refused}]"))
+        self.trace.event("reply", {"phase": phase, "stage": stage, "iteration": s.iterations,
+                                   "text": reply.text[:REPLY_HEAD_CHARS], "refused": refused, "chars": size,
+                                   "sha256": digest, "model": reply.model, "usage": reply.usage.model_dump(),
+                                   "cost_usd": reply.cost_usd, "attempts": reply.attempts, "note": reply.note})
+        self.progress(f"    {refused}")
+        kind = "cuda" if phase == "translate" else "tl"
+        s.no_code += 1
+        if s.no_code > self.config.max_no_code:
+            return self._stop("failed", f"{s.no_code} replies in a row had no usable {kind} code (the last: {refused})")
+        self._repair(phase, "repair_no_code", what="LLM-TL" if kind == "tl" else "CUDA", tag=kind,
+                     note=f"{refused}; answer with the code alone, well under {cap} characters")
 
     def _say(self, phase: str, messages: list[ChatMessage], stage: str) -> None:
         self.state.conversations.setdefault(phase, []).extend(messages)
@@ -167,7 +314,10 @@ class Loop:
     def _repair(self, phase: str, stage: str, **context) -> None:
         self.progress(f"    -> {stage}")
         self.trace.event("result", {"phase": phase, "ok": False, "repair": stage, **context})
-        self._say(phase, [ChatMessage(role="user", content=prompts.render(stage, target=self.target, **context))], stage)
+        t = self.task
+        content = prompts.render(stage, target=self.target, rules=rules_for(stage, self.target, t.dtype, t.variant),
+                                 **context)
+        self._say(phase, [ChatMessage(role="user", content=content)], stage)
 
     def _repeat(self, phase: str, stage: str, what: str) -> None:
         """Ask the last repair prompt once more, saying that the reply repeated the previous one."""
@@ -247,12 +397,11 @@ class Loop:
                         else self.env.manifest_for(s.tl, self.target))
         except (ValueError, ValidationError) as exc:
             errors = validation_error_lines(exc, KernelManifest)
-            return self._repair("translate", "repair_compile", feedback="the manifest is invalid", ask_manifest=True,
+            return self._repair("translate", "repair_compile", feedback="the manifest is invalid",
                                 manifest_errors=errors)
         build = self.env.build(cuda, manifest, self.target)
         if not build.ok:
-            return self._repair("translate", "repair_compile", feedback=build.feedback, ask_manifest=False,
-                                manifest_errors=[])
+            return self._repair("translate", "repair_compile", feedback=build.feedback, manifest_errors=[])
         self.trace.event("candidate", {"iteration": s.iterations, "resources": build.resources},
                          artifacts={"kernel.tl": s.tl or "", "kernel.cu": cuda, "manifest.json": manifest.model_dump_json()})
         candidate = Candidate(iteration=s.iterations, sketch=s.sketch or "", tl=s.tl or "", cuda=cuda,
@@ -281,20 +430,29 @@ class Loop:
                      resources=build.resources, baseline=f"{best[0]} {best[1]:.4g} ms" if best else "none")
 
     def _opening_prompt(self, phase: str) -> str:
+        """The step's first prompt: the task, and what the step needs of the language, the hardware and the
+        harness (flashgen.prompts.rules decides which of the target's rules each step gets), free of the
+        package's internal names (flashgen.prompts.internal)."""
         t, target = self.task, self.target
         common = dict(target=target, dtype=t.dtype.value, head_dim=t.head_dim, variant_name=t.variant.name,
-                      variant_lines=_variant_lines(t.variant), semantics=_SEMANTICS)
-        if phase == "sketch":
-            return prompts.render("sketch", tl_reference=self.env.tl_reference(), **common)
-        if phase == "params":
-            return prompts.render("params", tl_reference=self.env.tl_reference(), sketch=self.state.sketch,
+                      variant_lines=_variant_lines(t.variant), semantics=_SEMANTICS,
+                      rules=rules_for(phase, target, t.dtype, t.variant))
+        if phase in ("sketch", "params"):
+            reference = reference_for(self.env.tl_reference(), target, t.dtype, t.variant)
+            if phase == "sketch":
+                return prompts.render("sketch", tl_reference=reference, **common)
+            return prompts.render("params", tl_reference=reference, sketch=self.state.sketch,
                                   hardware=self.env.hardware_facts(target), **common)
         example_tl, example_cuda, example_manifest = self.env.worked_example(target, t.dtype, t.head_dim)
-        return prompts.render("translate", tl=self.state.tl, abi_header=self.env.abi_header(),
-                              primitives=self.env.primitives_doc(target, t.dtype), example_tl=example_tl,
-                              example_cuda=example_cuda, manifest_fields=fields_outline(KernelManifest),
-                              example_manifest=json.dumps(example_manifest.model_dump(mode="json"), indent=1),
-                              **common)
+        shown = example_manifest.model_dump(mode="json")
+        shown["notes"] = for_model(shown.get("notes") or "")
+        return prompts.render("translate", tl=self.state.tl, abi_header=for_model_code(self.env.abi_header()),
+                              example_tl=example_tl, example_cuda=for_model_code(example_cuda),
+                              example_entry=example_manifest.launches[0].kernel,
+                              manifest_fields=fields_outline(KernelManifest), example_manifest=json.dumps(shown, indent=1),
+                              size_names=", ".join(SIZE_NAMES),
+                              size_functions=", ".join(f"`{f}(a, b)`" for f in SIZE_FUNCTIONS),
+                              roles=writes_role_dataflow(target.arch, t.dtype, t.variant.split_kv), **common)
 
 
 def _faster(a: Candidate, b: Candidate) -> bool:
@@ -319,14 +477,74 @@ def run_loop(config: LoopConfig, provider: Provider, env: Environment | None = N
 
 
 def resume_loop(run_id: str | int, provider_factory: Callable[[dict[str, Any]], Provider], env: Environment | None = None,
-                store=None, progress: Callable[[str], None] = lambda _: None) -> LoopResult:
-    """Continue run `run_id` from its last persisted state (the step after the last completed one)."""
+                store=None, progress: Callable[[str], None] = lambda _: None,
+                budget: dict[str, Any] | None = None, provider: dict[str, Any] | None = None) -> LoopResult:
+    """Continue run `run_id` from its last persisted state (the step after the last completed one). `budget`: Budget
+    fields that replace the recorded ones (a run that ended on its budget continues with a larger one). `provider`:
+    name, model and base_url to go on with instead of the provider the run last used (a name alone: that
+    provider's default model); recorded with the resume, so that a later resume keeps it. A run that failed on its
+    model's replies (the same reply twice, no code) goes on only with another provider or model: the request that
+    ended it is asked again, of the new one. What the resume will do is said first (`progress`) and recorded."""
     env = env or Environment()
     store = store if store is not None else env.open_store()
     trace, config, snapshot = RunTrace.reopen(store, run_id)
     loop_config = LoopConfig.model_validate(config["loop"])
+    if budget:
+        loop_config.budget = Budget.model_validate({**loop_config.budget.model_dump(), **budget})
     state = LoopState.model_validate(snapshot) if snapshot else LoopState()
+    before = dict(config["provider"])
+    info = _provider_after(before, provider)
+    changed = _provider_label(info) != _provider_label(before)
+    if state.status == "failed" and changed:
+        _reopen_failed(state)
+    going_on = provider_factory(info)  # a provider that cannot be made (no model, no key) fails before the record
+    plan = _resume_plan(run_id, state, info, before, changed)
+    progress(plan)
+    trace.event("resume", {"from_iteration": state.iterations, "budget": loop_config.budget.model_dump(),
+                           "provider": info, "previous_provider": before, "plan": plan})
+    return Loop(loop_config, going_on, env, trace, state, progress).run()
+
+
+def _provider_after(before: dict[str, Any], given: dict[str, Any] | None) -> dict[str, Any]:
+    """The provider a resume goes on with: the recorded one, with what was given instead (another provider's name
+    drops the recorded model and base URL, which were the old provider's)."""
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    if not given:
+        return before
+    if given.get("name") not in (None, before.get("name")):
+        keep = {k: v for k, v in before.items() if k not in ("name", "model", "base_url")}
+        return {**keep, "model": None, "base_url": None, **given}
+    return {**before, **given}
+
+
+def _provider_label(info: dict[str, Any]) -> str:
+    model = info.get("model")
+    return f"{info.get('name')}" + (f" ({model})" if model else "") + (f" at {info['base_url']}" if info.get("base_url")
+                                                                       else "")
+
+
+def _reopen_failed(state: LoopState) -> None:
+    """A run that failed on its model's replies, going on with another model: running again from the request that
+    ended it (the conversation loses the reply that ended it, so that it ends on that request)."""
+    conversation = state.conversations.get(state.phase, [])
+    while conversation and conversation[-1].role == "assistant":
+        conversation.pop()
+    state.status, state.reason, state.repeats, state.no_code = "running", "", 0, 0
+    state.last_code.pop(state.phase, None)
+    state.last_also.pop(state.phase, None)
+
+
+def _resume_plan(run_id: str | int, state: LoopState, info: dict[str, Any], before: dict[str, Any],
+                 changed: bool) -> str:
+    """One line: what resuming this run does."""
+    who = _provider_label(info) + (f" (instead of {_provider_label(before)})" if changed else "")
+    if state.status == "failed":
+        return (f"run {run_id} failed ({state.reason}); resuming with the same provider would repeat its replies: "
+                "nothing to do (give --provider or --model to ask another)")
     if state.status != "running":
-        progress(f"run {run_id} had already ended ({state.status}: {state.reason})")
-    trace.event("resume", {"from_iteration": state.iterations})
-    return Loop(loop_config, provider_factory(config["provider"]), env, trace, state, progress).run()
+        return f"run {run_id} had already ended ({state.status}: {state.reason}); nothing to ask"
+    stage = state.next_stage.get(state.phase, state.phase)
+    conversation = state.conversations.get(state.phase, [])
+    pending = bool(conversation) and conversation[-1].role == "user"
+    what = "the request the run stopped at" if pending else f"the opening {state.phase} prompt"
+    return f"resuming run {run_id} at iteration {state.iterations + 1}: the {stage} step sends {what} to {who}"

@@ -16,7 +16,22 @@ Stage = Literal["sketch", "params", "translate", "repair_syntax", "repair_check"
 
 
 class ProviderError(FlashgenError):
-    """A provider could not answer (missing SDK or key, a refused request, retries exhausted)."""
+    """A provider could not answer (missing SDK or key, a refused request, retries exhausted). `transient`: the
+    same request may succeed later (timeouts, 5xx, invalid JSON: `--resume` can help); otherwise the cause (a key, a
+    model name, a URL) must be fixed first."""
+
+    def __init__(self, message: str, *, transient: bool = False):
+        super().__init__(message)
+        self.transient = transient
+
+
+class DeadlineExceeded(ProviderError):
+    """The model did not answer before the call's deadline: the run's `--max-wall` (`wall`), or the retry budget's
+    total."""
+
+    def __init__(self, message: str, *, wall: bool = False):
+        super().__init__(message, transient=True)
+        self.wall = wall
 
 
 class ChatMessage(BaseModel):
@@ -43,6 +58,8 @@ class ModelRequest(BaseModel):
     task: Task
     phase: Literal["sketch", "params", "translate"] = Field(
         description="the artefact this request asks for: a sketch, a full TL program or CUDA")
+    deadline: float | None = Field(default=None, description="time.monotonic() by which the call must end, retries "
+                                   "included (the run's --max-wall); None: only the provider's own limits")
 
 
 class Usage(BaseModel):

@@ -1,17 +1,29 @@
 """The files `flashgen generate` writes: sketch.tl, kernel.tl, kernel.cu, manifest.json, meta.json,
 report.md. meta.json and report.md hold no timestamp, run id or machine path, so regenerating a
 kernel without a GPU reproduces them byte for byte (tests/test_agent_real.py checks it);
-what only a GPU run measures sits under "timings" and "verification"."""
+what only a GPU run measures sits under "timings" and "verification".
+
+The folder is written atomically: every file goes to a temporary folder beside it (`.NAME.tmp-*`, same
+file system), then one rename puts it in place (a new folder, or one holding only these files; in a folder that
+holds other files too, each file is renamed over its old copy, all of them complete first). While a run writes,
+it holds a lock (`.NAME.flashgen-lock` beside the folder, flock): a second run with the same `--out` is refused at
+once, in one line."""
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from flashgen.agent.providers import Task, redact
+from flashgen.errors import UsageError
 
 FILES = ("sketch.tl", "kernel.tl", "kernel.cu", "manifest.json", "meta.json", "report.md")
 
@@ -40,6 +52,7 @@ def build_meta(result, task: Task, target, env) -> dict[str, Any]:
         "kernel": best.manifest.name,
         "parameters": best.manifest.params,
         "parameters_source": env.params_source(task.variant, target, task.dtype, task.head_dim, best.manifest.params),
+        "code_path": env.code_path(best.tl, target) if best.tl else None,
         "launches": [launch.model_dump() for launch in best.manifest.launches],
         "resources": best.resources,
         "toolchain": best.toolchain,
@@ -60,7 +73,9 @@ def _roofline(counts, target, task: Task, env) -> dict[str, Any] | None:
         from flashgen.variant import Shape
 
         shape = Shape.parse(shape_text)
-        kept["tflops_at_bound"] = shape.flops(task.variant.causal) / estimate["time_s"] / 1e12
+        from flashgen.roofline import attention_flops  # the pairs the mask leaves, as the benchmark counts them
+
+        kept["tflops_at_bound"] = attention_flops(shape, task.variant) / estimate["time_s"] / 1e12
     return {"shape": shape_text, **kept}
 
 
@@ -81,6 +96,8 @@ def render_report(meta: dict[str, Any], result) -> str:
     lines += ["", f"Parameters: {', '.join(f'{k}={v}' for k, v in meta['parameters'].items()) or '-'}"]
     if (source := meta.get("parameters_source")) is not None:
         lines.append(f"Parameters from: {source['source']} ({source['detail']})")
+    if (path := meta.get("code_path")) is not None:
+        lines.append(f"Code path: {path['backend']} ({'; '.join(path['why'])})")
     for name, usage in meta["resources"].items():
         lines.append(f"Resources of `{name}` ({meta['toolchain']}): {usage['registers']} registers, "
                      f"{usage['shared_static_bytes']} B static shared memory, spills {usage['spill_store_bytes']} B")
@@ -101,7 +118,6 @@ def write_outputs(result, task: Task, target, env, out_dir: Path | None) -> Outp
     outputs = Outputs(meta=meta, report=report)
     if out_dir is None:
         return outputs
-    out_dir.mkdir(parents=True, exist_ok=True)
     best = result.best
     contents = {
         "sketch.tl": best.sketch if best else result.sketch,
@@ -111,8 +127,86 @@ def write_outputs(result, task: Task, target, env, out_dir: Path | None) -> Outp
         "meta.json": json.dumps(meta, indent=2, sort_keys=True) + "\n",
         "report.md": report,
     }
-    for name, text in contents.items():
-        if text is not None:
-            (out_dir / name).write_text(redact(text))
-            outputs.written.append(name)
+    outputs.written = write_folder(Path(out_dir), {k: redact(v) for k, v in contents.items() if v is not None})
     return outputs
+
+
+def write_folder(out_dir: Path, files: dict[str, str]) -> list[str]:
+    """Write `files` into `out_dir` atomically (see the module's doc); files of FILES that this write does not
+    include are removed, so that a folder never mixes two runs' outputs. Returns the names written."""
+    parent = out_dir.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = parent / f".{out_dir.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    staging.mkdir()  # mkdir, not mkdtemp: the folder gets the usual permissions when it is renamed into place
+    try:
+        for name, text in files.items():
+            with open(staging / name, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+        if not out_dir.exists():
+            os.rename(staging, out_dir)
+        elif all(entry.name in FILES and entry.is_file() for entry in out_dir.iterdir()):
+            old = staging.with_name(staging.name.replace(".tmp-", ".old-", 1))
+            os.rename(out_dir, old)
+            os.rename(staging, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:  # the folder holds other files: leave them, replace ours one by one (each rename is atomic)
+            for name in files:
+                os.replace(staging / name, out_dir / name)
+            for name in FILES:
+                if name not in files:
+                    (out_dir / name).unlink(missing_ok=True)
+            staging.rmdir()
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return list(files)
+
+
+def lock_path(out_dir: Path) -> Path:
+    out = out_dir.absolute()
+    return out.parent / f".{out.name}.flashgen-lock"
+
+
+@contextmanager
+def out_lock(out_dir: Path, flag: str = "--out") -> Iterator[None]:
+    """Hold `out_dir` for one run: a second writer gets a UsageError at once (one line, naming the holder's pid).
+    An flock, so a killed holder never leaves a stale lock; the lock file is removed when released."""
+    try:
+        import fcntl
+    except ImportError:  # no flock here (Windows): no lock, as before
+        yield
+        return
+    path = lock_path(out_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = os.read(fd, 32).decode(errors="replace").strip()
+            except OSError:
+                holder = ""
+            os.close(fd)
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise UsageError(f"{flag} {out_dir}: another flashgen run{who} is writing this folder; wait for it to "
+                             f"finish or choose another {flag}") from None
+        try:  # the previous holder may have removed the file between our open and our lock: then lock the new one
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        os.close(fd)

@@ -4,7 +4,8 @@ Implementations: OpenAI and Anthropic through their official SDKs, any OpenAI-co
 (vLLM, llama.cpp server, ollama) by base URL, the offline rule-based `expert` (flashgen.agent.expert)
 and a deterministic `ScriptedProvider` for tests. The SDKs are optional (extra `llm`) and imported
 lazily. Retries (429, 5xx, timeouts) are ours, not the SDKs', so that the backoff honours
-Retry-After and every attempt is accounted for the same way whatever the vendor.
+Retry-After and every attempt is accounted for the same way whatever the vendor; each request's
+timeout and the backoffs end by the call's deadline (RetryPolicy.deadline_s, or the run's --max-wall).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pydantic import BaseModel, Field
 
 from flashgen.agent.messages import ChatMessage as ChatMessage
-from flashgen.agent.messages import ModelReply, ModelRequest, Provider, ProviderError, Usage
+from flashgen.agent.messages import DeadlineExceeded, ModelReply, ModelRequest, Provider, ProviderError, Usage
 from flashgen.agent.messages import Stage as Stage
 from flashgen.agent.messages import Task as Task
 from flashgen.errors import UsageError
@@ -65,13 +66,41 @@ def cost_of(model: str, usage: Usage) -> float | None:
 
 
 class RetryPolicy(BaseModel):
-    max_attempts: int = Field(default=6, ge=1)
+    max_attempts: int = Field(default=6, ge=1, le=100, description="attempts per model call (--retries + 1)")
     base_delay_s: float = Field(default=1.0, ge=0)
     max_delay_s: float = Field(default=60.0, ge=0)
-    timeout_s: float = Field(default=300.0, gt=0, description="per HTTP request")
+    timeout_s: float = Field(default=300.0, gt=0, le=3600, description="per HTTP request (--request-timeout)")
+    deadline_s: float = Field(default=900.0, gt=0, description="one model call, every attempt and backoff included; "
+                              "the run's --max-wall shortens it")
 
 
 RETRYABLE_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+# connection errors that no retry can cure: the URL itself is unusable
+_PERMANENT_TRANSPORT = frozenset({"UnsupportedProtocol", "InvalidURL", "LocalProtocolError"})
+
+
+def check_base_url(url: str, flag: str = "--base-url") -> str:
+    """Refuse a URL no request can reach (no http(s) scheme, no host, a bad port, spaces) in one line."""
+    from urllib.parse import urlsplit
+
+    problem = None
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        problem, parts, port = str(exc), None, None
+    if problem is None:
+        if parts.scheme not in ("http", "https"):
+            problem = "the scheme must be http:// or https://"
+        elif not parts.hostname:
+            problem = "no host name"
+        elif any(c.isspace() for c in url) or any(ord(c) < 32 for c in url):
+            problem = "it contains spaces or control characters"
+        elif port == 0:
+            problem = "port 0"
+    if problem is not None:
+        raise UsageError(f"{flag} {url!r}: not a usable URL ({problem}); expected e.g. http://localhost:8000/v1")
+    return url
 
 
 def _retry_after_seconds(headers) -> float | None:
@@ -97,40 +126,63 @@ def _retry_after_seconds(headers) -> float | None:
             return None
 
 
-def _classify(exc: Exception) -> tuple[bool, int | None, float | None]:
-    """(retryable, status, retry-after seconds) for an SDK exception, duck-typed so that both SDKs
-    (and httpx underneath) are handled by one rule."""
+def _classify(exc: Exception) -> tuple[bool, str, float | None]:
+    """(retryable, label, retry-after seconds) for an SDK exception, duck-typed so that both SDKs (and httpx
+    underneath) are handled by one rule. A reply that is not valid JSON (a proxy's error page, a cut-off body) is
+    transient: the same request usually succeeds the next time."""
+    import json
+
     status = getattr(exc, "status_code", None)
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None)
-    if status is not None:
-        return status in RETRYABLE_STATUS, status, _retry_after_seconds(headers)
     name = type(exc).__name__
+    if isinstance(exc, json.JSONDecodeError) or name == "APIResponseValidationError":
+        return True, "invalid JSON in the reply", None
+    if status is not None:
+        return status in RETRYABLE_STATUS, f"HTTP {status}", _retry_after_seconds(headers)
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and type(cause).__name__ in _PERMANENT_TRANSPORT:
+        return False, f"{name}: {type(cause).__name__}", None
     # APIConnectionError / APITimeoutError (both SDKs), httpx transport errors
     transient = name in {"APIConnectionError", "APITimeoutError"} or "Timeout" in name or "Connect" in name
-    return transient, None, None
+    return transient, name, None
 
 
-def call_with_retries(call: Callable[[], ModelReply], policy: RetryPolicy, what: str,
-                      sleep: Callable[[float], None] = time.sleep) -> ModelReply:
-    """Exponential backoff with full jitter; a server's Retry-After wins when it asks for longer."""
+def call_with_retries(call: Callable[[float], ModelReply], policy: RetryPolicy, what: str,
+                      sleep: Callable[[float], None] = time.sleep, deadline: float | None = None) -> ModelReply:
+    """`call(timeout_s)` with exponential backoff and full jitter; a server's Retry-After wins when it asks for
+    longer. Every attempt's timeout and every wait ends by the call's deadline: the policy's total (deadline_s) or
+    `deadline` (time.monotonic(), the run's --max-wall), whichever comes first; then DeadlineExceeded."""
+    end = time.monotonic() + policy.deadline_s
+    if deadline is not None:
+        end = min(end, deadline)
+    label = "none"
     for attempt in range(1, policy.max_attempts + 1):
+        left = end - time.monotonic()
+        if left <= 0:
+            break
         try:
-            reply = call()
+            reply = call(min(policy.timeout_s, left))
             reply.attempts = attempt
             return reply
         except ProviderError:
             raise
         except Exception as exc:
-            retryable, status, retry_after = _classify(exc)
-            label = f"HTTP {status}" if status is not None else type(exc).__name__
+            retryable, label, retry_after = _classify(exc)
             if not retryable:
                 raise ProviderError(f"{what}: request refused ({label}): {redact(_short(exc))}") from None
             if attempt == policy.max_attempts:
-                raise ProviderError(f"{what}: gave up after {attempt} attempts (last: {label})") from None
+                plural = "s" if attempt > 1 else ""
+                raise ProviderError(f"{what}: gave up after {attempt} attempt{plural} (last: {label})",
+                                    transient=True) from None
             backoff = min(policy.max_delay_s, policy.base_delay_s * 2 ** (attempt - 1)) * random.random()
-            sleep(min(policy.max_delay_s, max(backoff, retry_after or 0.0)))
-    raise AssertionError("unreachable")
+            wait = min(policy.max_delay_s, max(backoff, retry_after or 0.0))
+            if time.monotonic() + wait >= end:
+                break
+            sleep(wait)
+    spent = policy.deadline_s if deadline is None or end < deadline else None
+    why = (f"the retry budget's {spent:g} s" if spent is not None else "the run's wall-time budget (--max-wall)")
+    raise DeadlineExceeded(f"{what}: no answer within {why} (last: {label})", wall=spent is None)
 
 
 def _short(exc: Exception) -> str:
@@ -188,6 +240,8 @@ class OpenAIProvider:
                  retry: RetryPolicy | None = None, max_output_tokens: int = 8192, temperature: float | None = None,
                  sleep: Callable[[float], None] = time.sleep):
         # temperature None leaves the server's default (reasoning models refuse any other value)
+        if base_url is not None:
+            check_base_url(base_url)
         sdk = _import_sdk("openai")
         key = api_key or os.environ.get(key_env)
         if not key:
@@ -203,10 +257,10 @@ class OpenAIProvider:
     def complete(self, request: ModelRequest) -> ModelReply:
         messages = [{"role": m.role, "content": m.content} for m in request.messages]
 
-        def call() -> ModelReply:
+        def call(timeout_s: float) -> ModelReply:
             extra = {} if self.temperature is None else {"temperature": self.temperature}
             response = self._client.chat.completions.create(
-                model=self.model, messages=messages, max_tokens=self.max_output_tokens, **extra)
+                model=self.model, messages=messages, max_tokens=self.max_output_tokens, timeout=timeout_s, **extra)
             choice = response.choices[0] if response.choices else None
             text = (choice.message.content or "") if choice else ""
             usage = Usage(input_tokens=getattr(response.usage, "prompt_tokens", 0) or 0,
@@ -214,13 +268,15 @@ class OpenAIProvider:
             note = "truncated at max_tokens" if choice is not None and choice.finish_reason == "length" else ""
             return _priced(response.model or self.model, usage, text, note)
 
-        return call_with_retries(call, self.retry, f"{self.name} ({self.model})", self._sleep)
+        return call_with_retries(call, self.retry, f"{self.name} ({self.model})", self._sleep, request.deadline)
 
 
 class AnthropicProvider:
     def __init__(self, model: str = "claude-sonnet-4-6", *, base_url: str | None = None, api_key: str | None = None,
                  retry: RetryPolicy | None = None, max_output_tokens: int = 8192, temperature: float | None = None,
                  sleep: Callable[[float], None] = time.sleep):
+        if base_url is not None:
+            check_base_url(base_url)
         sdk = _import_sdk("anthropic")
         key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if not key:
@@ -235,19 +291,19 @@ class AnthropicProvider:
         system = "\n\n".join(m.content for m in request.messages if m.role == "system")
         messages = [{"role": m.role, "content": m.content} for m in request.messages if m.role != "system"]
 
-        def call() -> ModelReply:
+        def call(timeout_s: float) -> ModelReply:
             # through extra_body: SDK releases differ in whether `temperature` is a named argument
             extra = {} if self.temperature is None else {"extra_body": {"temperature": self.temperature}}
             if system:
                 extra["system"] = system
             response = self._client.messages.create(
-                model=self.model, messages=messages, max_tokens=self.max_output_tokens, **extra)
+                model=self.model, messages=messages, max_tokens=self.max_output_tokens, timeout=timeout_s, **extra)
             text = "".join(getattr(block, "text", "") for block in response.content)
             usage = Usage(input_tokens=response.usage.input_tokens or 0, output_tokens=response.usage.output_tokens or 0)
             note = "truncated at max_tokens" if response.stop_reason == "max_tokens" else ""
             return _priced(response.model or self.model, usage, text, note)
 
-        return call_with_retries(call, self.retry, f"anthropic ({self.model})", self._sleep)
+        return call_with_retries(call, self.retry, f"anthropic ({self.model})", self._sleep, request.deadline)
 
 
 def _priced(model: str, usage: Usage, text: str, note: str) -> ModelReply:
@@ -290,9 +346,11 @@ def make_provider(name: str, model: str | None = None, base_url: str | None = No
     if name == "anthropic":
         return AnthropicProvider(model or "claude-sonnet-4-6", base_url=base_url, **kwargs)
     if name == "openai-compatible":
+        flag = "--base-url" if base_url else "OPENAI_COMPATIBLE_BASE_URL"
         base_url = base_url or os.environ.get("OPENAI_COMPATIBLE_BASE_URL")
         if not base_url:
             raise UsageError("--provider openai-compatible needs --base-url (e.g. http://localhost:8000/v1)")
+        check_base_url(base_url, flag)
         if not model:
             raise UsageError("--provider openai-compatible needs --model (the name the server serves)")
         return OpenAIProvider(model, base_url=base_url, key_env="OPENAI_COMPATIBLE_API_KEY", key_required=False,

@@ -33,11 +33,18 @@ class RunTrace:
 
     @classmethod
     def start(cls, store, config: dict[str, Any]) -> RunTrace:
-        return cls(store, store.new_run(RUN_KIND, _clean(config)))
+        """A new run; its meta also names the process (pid, host), so that `runs show` can tell a run whose process
+        was killed from one still going."""
+        import os
+        import socket
+
+        process = {"pid": os.getpid(), "host": socket.gethostname()}
+        return cls(store, store.new_run(RUN_KIND, _clean({**config, "process": process})))
 
     @classmethod
     def reopen(cls, store, run_id: str | int) -> tuple[RunTrace, dict[str, Any], dict[str, Any] | None]:
-        """(trace, the run's config, the last loop-state snapshot or None)."""
+        """(trace, the run's config, the last loop-state snapshot or None). The config's provider is the one the run
+        last went on with: a resume with `--provider`/`--model` records its own, which later resumes keep."""
         try:
             key = int(run_id)
         except (TypeError, ValueError):
@@ -48,11 +55,13 @@ class RunTrace:
             raise UsageError(f"no run {key} in the store") from None
         if run.kind != RUN_KIND or "loop" not in (run.meta or {}):
             raise UsageError(f"run {key} is a {run.kind!r} run, not one of `flashgen generate`")
-        snapshot = None
+        snapshot, config = None, dict(run.meta)
         for event in store.events(key):
             if event.step == "state":
                 snapshot = event.payload
-        return cls(store, key), run.meta, snapshot
+            elif event.step == "resume" and isinstance(event.payload, dict) and event.payload.get("provider"):
+                config["provider"] = event.payload["provider"]  # a resume that changed the provider: it goes on
+        return cls(store, key), config, snapshot
 
     def event(self, kind: str, payload: dict[str, Any], artifacts: dict[str, str] | None = None) -> None:
         self.store.add_event(self.run_id, kind, _clean(payload),

@@ -1,5 +1,6 @@
 """Benchmarking: CUDA events with an L2 flush before every repetition, warm-up, adaptive repetition,
-median and quartiles, TFLOP/s (4*B*H*N*M*D, halved for causal) and % of the target's roofline,
+median and quartiles, TFLOP/s (4*B*H*D per (query, key) pair the mask leaves: flashgen.roofline.attention_flops,
+N*M/2 for causal with N = M as FlashAttention counts it) and % of the target's roofline,
 with every available baseline timed on the same shapes in the same process.
 
 Not to be fooled by work left running elsewhere: the whole device is synchronized before events
@@ -21,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from flashgen.harness.baselines import FlexMode
-from flashgen.roofline import OpCounts
+from flashgen.roofline import OpCounts, attention_flops, visible_work
 from flashgen.variant import DType, Shape, Variant
 
 # How FlexAttention is compiled: "static" recompiles per shape (the fastest kernels, one compile per
@@ -31,6 +32,8 @@ FLEX_MODES: tuple[str, ...] = ("static", "dynamic", "off")
 
 UNDERTIME_FACTOR = 2.0   # host time per call above this multiple of the event median ...
 UNDERTIME_SLACK_MS = 0.2  # ... plus this much launch/sync overhead is flagged
+#: how reports name the baselines (the suite's tables, the Jupyter plots)
+BASELINE_LABELS = {"sdpa_flash": "FLASH", "sdpa_cudnn": "CUDNN", "sdpa_efficient": "EFFICIENT", "flex": "Flex"}
 
 
 class TimingStats(BaseModel):
@@ -82,21 +85,23 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
-def tflops(shape: Shape, causal: bool, ms: float) -> float:
-    """TFLOP/s by FlashAttention's count: 4*B*H*N*M*D, halved for causal."""
+def tflops(shape: Shape, variant: Variant | bool, ms: float) -> float:
+    """TFLOP/s by flashgen.roofline.attention_flops: 4*B*H*D per (query, key) pair the variant's mask leaves (causal
+    with N = M: N*M/2, FlashAttention's count). A bool is the nominal N*M formula, halved for causal."""
     if not ms > 0:
         raise ValueError(f"time must be positive, got {ms!r} ms")
-    return shape.flops(causal) / (ms * 1e-3) / 1e12
+    return attention_flops(shape, variant) / (ms * 1e-3) / 1e12
 
 
 def attention_counts(shape: Shape, variant: Variant, dtype: DType) -> OpCounts:
-    """Minimal work of one attention call, for the roofline: the FLOP count, one exp per visible score,
-    Q, K, V read once and O (and LSE) written once."""
-    frac = 0.5 if variant.causal else 1.0
+    """Minimal work of one attention call, for the roofline, by the same count as `tflops`: the FLOPs of the pairs
+    the mask leaves, one exp per such score, the Q rows that see a key and the K, V rows some row sees read once,
+    O (and LSE) written once (every row: a row that sees nothing still writes O = 0)."""
+    work = visible_work(variant, shape.N, shape.M)
     item = dtype.itemsize
-    reads = (shape.B * shape.H * shape.N * shape.D + 2 * shape.B * shape.kv_heads * shape.M * shape.D) * item
+    reads = (shape.B * shape.H * work.rows * shape.D + 2 * shape.B * shape.kv_heads * work.keys * shape.D) * item
     writes = shape.B * shape.H * shape.N * shape.D * item + (4 * shape.B * shape.H * shape.N if variant.return_lse else 0)
-    return OpCounts(mma_flops=shape.flops(variant.causal), sfu_ops=frac * shape.B * shape.H * shape.N * shape.M,
+    return OpCounts(mma_flops=attention_flops(shape, variant), sfu_ops=shape.B * shape.H * work.counted_pairs,
                     bytes={"global_read": float(reads), "global_write": float(writes),
                            "dram_read": float(reads), "dram_write": float(writes)})
 
@@ -195,6 +200,18 @@ class BenchReport(BaseModel):
         for e in self.entries:
             out.setdefault((e.dtype, e.variant, shape_text(e.shape)), []).append(e)
         return out
+
+    def __repr__(self) -> str:
+        from flashgen.harness.display import benchmark_repr
+
+        return benchmark_repr(self)
+
+    __str__ = __repr__  # print() too: one line (the fields are in model_dump())
+
+    def _repr_html_(self) -> str:  # Jupyter: TF/s against N per dtype, mask and head dim, with the ratios
+        from flashgen.harness.display import benchmark_html
+
+        return benchmark_html(self, BASELINE_LABELS)
 
 
 def shape_text(s: Shape) -> str:
@@ -329,7 +346,7 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
                 run = prepare_launch(man, loaded, q, k, v, o, lse=lse, stream=stream, step=f"bench {shape_text(shape)}")
                 entry.stats = time_callable(run, stream=stream, l2_bytes=l2, min_time_s=min_time_s)
                 entry.ok = True
-                entry.tflops = tflops(shape, man.variant.causal, entry.stats.median_ms)
+                entry.tflops = tflops(shape, man.variant, entry.stats.median_ms)
                 entry.roofline_pct = roofline_percent(shape, man.variant, man.dtype, target, entry.stats.median_ms)
             except Exception as exc:
                 from flashgen.harness.device import is_sticky_cuda_error
@@ -384,7 +401,7 @@ def _bench_baselines(variant: Variant, dtype: DType, shape: Shape, q, k, v, scal
                 try:
                     entry.stats = time_callable(fn, stream=stream, l2_bytes=l2, min_time_s=min_time_s)
                     entry.ok = True
-                    entry.tflops = tflops(shape, variant.causal, entry.stats.median_ms)
+                    entry.tflops = tflops(shape, variant, entry.stats.median_ms)
                     entry.roofline_pct = roofline_percent(shape, variant, dtype, target, entry.stats.median_ms)
                 except Exception as exc:
                     entry.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

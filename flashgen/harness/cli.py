@@ -42,7 +42,8 @@ def _record_env(store, run_id: int, env: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    runs_app = typer.Typer(no_args_is_help=True, help="The record of past runs (sqlite under .flashgen/).")
+    runs_app = typer.Typer(no_args_is_help=True, help="The record of past runs (sqlite under $FLASHGEN_HOME, else "
+                                                      "$XDG_STATE_HOME/flashgen, else ~/.local/state/flashgen).")
     app.add_typer(runs_app, name="runs")
 
     @app.command("verify")
@@ -180,37 +181,144 @@ def register(app: typer.Typer) -> None:
 
     @runs_app.command("list")
     def runs_list(kind: str = typer.Option(None, help="only runs of this kind"),
-                  limit: int = typer.Option(30, help="how many, newest first")) -> None:
+                  limit: int = typer.Option(30, help="how many, newest first"),
+                  as_json: bool = typer.Option(False, "--json", help="print JSON (one object per run) instead of a table")) -> None:
         """List recorded runs."""
         from flashgen.harness.store import Store
 
         if limit < 1:
             raise UsageError(f"--limit {limit}: must be at least 1")
-        table = Table(title=f"flashgen runs ({Store().home})")
+        store = Store()
+        records = store.runs(kind=kind, limit=limit)
+        if as_json:
+            typer.echo(json.dumps([{**r.model_dump(mode="json"), "resume": resume_advice(r)} for r in records]))
+            return
+        _legacy_hint(store)
+        table = Table(title=f"flashgen runs ({store.home})")
         for col in ("id", "kind", "status", "created", "meta"):
             table.add_column(col)
-        for r in Store().runs(kind=kind, limit=limit):
+        for r in records:
             table.add_row(str(r.id), r.kind, r.status, r.created, json.dumps(r.meta)[:80])
         console.print(table)
 
     @runs_app.command("show")
-    def runs_show(run_id: int = typer.Argument(..., help="a run id from `flashgen runs list`")) -> None:
-        """Show one run: its events and artifacts."""
+    def runs_show(run_id: int = typer.Argument(..., help="a run id from `flashgen runs list`"),
+                  as_json: bool = typer.Option(False, "--json", help="print the run and its events as JSON"),
+                  transcript: bool = typer.Option(False, "--transcript", help="print a generate run's conversation: "
+                                                  "prompts, replies and feedback, step by step"),
+                  max_chars: int = typer.Option(None, "--max-chars", help="--transcript: the most characters shown "
+                                                "of one message, head and tail (default 6000; 0: all)")) -> None:
+        """Show one run: its events and artifacts, how it ended and whether `--resume` can help; `--transcript`: the
+        conversation with the model."""
         from flashgen.harness.store import Store
+        from flashgen.harness.transcript import DEFAULT_MAX_CHARS
+        from flashgen.harness.transcript import transcript as transcript_lines
 
+        if max_chars is not None and not transcript:
+            raise UsageError("--max-chars belongs to --transcript")
+        if max_chars is not None and max_chars < 0:
+            raise UsageError(f"--max-chars {max_chars}: must be 0 (all) or more")
+        if transcript and as_json:
+            raise UsageError("give --transcript or --json, not both")
         store = Store()
         r = store.run(run_id)
+        events = store.events(run_id)
+        if transcript:
+            if r.kind != "generate":
+                raise UsageError(f"run {run_id} is a {r.kind!r} run: only `flashgen generate` runs have a transcript")
+            for line in transcript_lines(r, events, DEFAULT_MAX_CHARS if max_chars is None else max_chars):
+                console.print(line)
+            return
+        advice = resume_advice(r)
+        if as_json:
+            typer.echo(json.dumps({**r.model_dump(mode="json"), "resume": advice,
+                                   "events": [e.model_dump(mode="json") for e in events]}))
+            return
         console.print(styled((f"run {r.id}", "bold"), f" {r.kind} [{r.status}] created {r.created} "
                              f"finished {r.finished or '-'}"))
         console.print(f"meta: {json.dumps(r.meta)[:500]}")
+        for line in provider_lines(r, events):
+            console.print(line)
         if r.summary is not None:
             console.print(f"summary: {json.dumps(r.summary)[:500]}")
+        if advice is not None:
+            console.print(f"resume: {advice['how']}")
         table = Table()
         for col in ("#", "step", "created", "payload", "artifacts"):
             table.add_column(col)
-        for e in store.events(run_id):
+        for e in events:
             table.add_row(str(e.seq), e.step, e.created, json.dumps(e.payload)[:160], "\n".join(e.artifacts.values()))
         console.print(table)
+
+
+def provider_lines(run, events) -> list[str]:
+    """A generate run's provider, and each resume that went on with another (`--resume N --provider P --model M`)."""
+    if run.kind != "generate":
+        return []
+
+    def label(info: dict) -> str:
+        return f"{info.get('name')}" + (f" ({info['model']})" if info.get("model") else "")
+
+    current = (run.meta or {}).get("provider") or {}
+    out = [f"provider: {label(current)}"]
+    for e in events:
+        given = e.payload.get("provider") if e.step == "resume" and isinstance(e.payload, dict) else None
+        if given and label(given) != label(current):
+            out.append(f"provider: {label(given)} from iteration {e.payload.get('from_iteration', 0) + 1} (a resume)")
+            current = given
+    return out
+
+
+def resume_advice(run) -> dict | None:
+    """Whether `flashgen generate --resume` can help a run (generate runs only): what the loop recorded at its end,
+    or, for one still marked running, whether its process is alive."""
+    if run.kind != "generate":
+        return None
+    summary = run.summary if isinstance(run.summary, dict) else {}
+    if isinstance(summary.get("resume"), dict):
+        return summary["resume"]
+    cmd = f"flashgen generate --resume {run.id} --out DIR"
+    if run.status == "running":
+        process = (run.meta or {}).get("process") or {}
+        alive = _process_alive(process)
+        if alive:
+            return {"helps": False, "how": f"still running (pid {process.get('pid')}); wait for it"}
+        gone = "its process is gone" if alive is False else "if its process is gone (killed)"
+        return {"helps": True, "how": f"{gone}: `{cmd}` continues it from its last recorded step"}
+    if run.status == "done":
+        return {"helps": False, "how": "nothing to resume: the run is done"}
+    if run.status == "failed":
+        return {"helps": True, "how": f"`{cmd} --provider P --model M` asks another model the request that ended it "
+                                      "(the same model would repeat its replies)"}
+    return {"helps": True, "how": f"`{cmd}` continues it (with a larger budget if one was spent)"}
+
+
+def _process_alive(process: dict) -> bool | None:
+    """True/False for a pid on this host; None when it cannot be told (another host, no pid)."""
+    import os
+    import socket
+
+    pid = process.get("pid")
+    if not isinstance(pid, int) or process.get("host") != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return None
+    return True
+
+
+def _legacy_hint(store) -> None:
+    from flashgen.console import err
+    from flashgen.paths import legacy_store
+
+    old = legacy_store()
+    if old is not None and old.resolve() != store.home.resolve():
+        err.print(f"note: older runs are in {old} (the record moved to {store.home}); FLASHGEN_HOME={old} reads them")
 
 
 def _positive(flag: str, seconds: float) -> None:

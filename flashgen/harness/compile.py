@@ -14,6 +14,18 @@ everything that affects the binary: the source and its file name, arch, options,
 the `nvcc --version` text and the contents of every file in the project include folders.
 Deterministic failures are cached too (a model that repeats itself gets the same errors at once);
 timeouts and crashed tools are not.
+
+The source is untrusted (a model may have written it). Before nvcc runs, `static_check.file_access_issues` refuses
+whatever could make the preprocessor read another file (computed, absolute or '..' includes, #include_next,
+#import, #embed, __has_include, pragmas outside a short list, _Pragma, token pasting, #line, .incbin/.include).
+nvcc then runs in the build folder (its cwd) with a scrubbed environment (PATH, LD_LIBRARY_PATH and NVCC_CCBIN
+when set; HOME and TMPDIR the build folder; LC_ALL=C), and the device pass's preprocessor writes the list of the
+files it opened (`-Xcompiler -MD`): a file outside the build folder, the project's include folders, the CUDA
+toolkit and the host compiler's system include folders, or an assembler file directive in the preprocessed
+source's string literals, refuses the result and withholds everything nvcc printed. What comes back is scrubbed:
+paths in the build folder are given relative, the project's headers by their repository path, the toolkit's as
+<cuda>/..., system headers as <system>/..., any other absolute path as <path>; the log is cut to LOG_LIMIT
+characters, each message to MESSAGE_LIMIT and the diagnostics kept to MAX_DIAGNOSTICS.
 """
 
 from __future__ import annotations
@@ -30,12 +42,12 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel, Field
 
 from flashgen.abi import ABI_HEADER
 from flashgen.errors import FlashgenError, UsageError, join_lines_capped
-from flashgen.targets import TARGETS, gencode_flags
 from flashgen.harness.ptxas import (
     CompileError,
     ResourceUsage,
@@ -43,12 +55,18 @@ from flashgen.harness.ptxas import (
     parse_diagnostics,
     parse_resource_report,
 )
+from flashgen.harness.static_check import file_access_issues
+from flashgen.targets import TARGETS, gencode_flags
 
 __all__ = ["ARCH_FLAGS", "CompileError", "CompileResult", "CompilerNotFound", "ResourceUsage", "compile_cuda",
            "default_cache_dir", "include_dirs", "nvcc_version"]
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: scrubbed logs and the file checks (entries of format 1 may hold host paths)
 LOG_LIMIT = 4096
+MESSAGE_LIMIT = 600
+MAX_DIAGNOSTICS = 40
+# the environment nvcc sees: these when set, nothing else (API keys and NVCC_PREPEND_FLAGS/NVCC_APPEND_FLAGS stay out)
+PASSED_ENV = ("PATH", "LD_LIBRARY_PATH", "NVCC_CCBIN")
 
 # The archs compile_cuda builds for (sm_90a: wgmma and setmaxnreg exist only in the arch-specific target); the flags
 # are flashgen.targets.gencode_flags, which a translator backend's nvcc_flags(target) also gives.
@@ -64,6 +82,8 @@ _FORBIDDEN_OPTIONS = ("-o", "--output-file", "-odir", "--output-directory", "-ar
                       "--keep", "-keep-dir", "--keep-dir", "-c", "--compile", "-lib", "-link", "-dryrun", "--dryrun")
 
 TRANSLATORS_INCLUDE = Path(__file__).resolve().parents[1] / "translators" / "include"
+# the folder that holds the flashgen package (a checkout's root, or site-packages): project paths are shown from here
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # each translator backend's arch headers: translators/backends/<name>/include/flashgen/*.cuh
 BACKEND_INCLUDES = Path(__file__).resolve().parents[1] / "translators" / "backends"
 
@@ -115,8 +135,9 @@ class CompileResult(BaseModel):
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("FLASHGEN_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "flashgen" / "cubin"
+    from flashgen.paths import cubin_cache_dir
+
+    return cubin_cache_dir()
 
 
 def include_dirs() -> list[Path]:
@@ -142,10 +163,20 @@ def find_nvcc() -> str:
     raise CompilerNotFound("nvcc not found: install the CUDA toolkit, put nvcc on PATH or set FLASHGEN_NVCC")
 
 
+def scrubbed_env(work: str) -> dict[str, str]:
+    """The environment nvcc runs in: PASSED_ENV from ours, HOME and TMPDIR the build folder (nvcc's intermediates
+    land there and go with it), the C locale."""
+    env = {name: os.environ[name] for name in PASSED_ENV if os.environ.get(name)}
+    env.setdefault("PATH", os.defpath)
+    env.update(HOME=work, TMPDIR=work, LC_ALL="C", LANG="C")
+    return env
+
+
 @functools.cache
 def _nvcc_version_of(nvcc: str, mtime_ns: int) -> str:
     try:
-        done = subprocess.run([nvcc, "--version"], check=False, capture_output=True, text=True, timeout=60)
+        done = subprocess.run([nvcc, "--version"], check=False, capture_output=True, text=True, timeout=60,
+                              env=scrubbed_env(tempfile.gettempdir()), stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as exc:
         raise CompilerNotFound(f"{nvcc} --version failed: {exc}") from None
     if done.returncode != 0:
@@ -222,10 +253,9 @@ def _truncate(log: str, limit: int = LOG_LIMIT) -> str:
 
 
 def _run(cmd: list[str], cwd: str, timeout_s: float) -> tuple[int | None, str]:
-    """Run nvcc in its own process group; on timeout kill the whole group (cicc, ptxas too).
-    Returns (returncode or None on timeout, combined output)."""
-    env = dict(os.environ, TMPDIR=cwd)  # nvcc's intermediates land in our folder and go with it
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    """Run nvcc in its own process group, in `cwd` with the scrubbed environment; on timeout kill the whole group
+    (cicc, ptxas too). Returns (returncode or None on timeout, combined output)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=scrubbed_env(cwd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout_s)
@@ -240,6 +270,163 @@ def _run(cmd: list[str], cwd: str, timeout_s: float) -> tuple[int | None, str]:
         except subprocess.TimeoutExpired:
             out = b""
         return None, (out or b"").decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------------------------------------
+# What nvcc may read, and what of its output may leave (the source is untrusted)
+# ---------------------------------------------------------------------------------------------
+
+SYSTEM_FALLBACK = ("/usr/include", "/usr/local/include", "/usr/lib/gcc")
+
+
+@functools.cache
+def system_include_dirs(compiler: str | None = None) -> tuple[str, ...]:
+    """The host compiler's own #include <...> search folders (what nvcc's preprocessor searches after ours)."""
+    cc = compiler or os.environ.get("NVCC_CCBIN") or shutil.which("gcc") or shutil.which("c++")
+    if cc and os.path.isdir(cc):  # NVCC_CCBIN may name the folder
+        cc = os.path.join(cc, "gcc")
+    try:
+        done = subprocess.run([cc, "-x", "c++", "-E", "-v", "-"], input="", capture_output=True, text=True,
+                              timeout=60, env=scrubbed_env(tempfile.gettempdir())) if cc else None
+    except (OSError, subprocess.SubprocessError):
+        done = None
+    text = done.stderr if done is not None else ""
+    found = re.search(r"#include <\.\.\.> search starts here:\n(.*?)\nEnd of search list", text, re.S)
+    dirs = [line.strip() for line in found.group(1).splitlines() if line.strip()] if found else []
+    return tuple(os.path.normpath(d) for d in dirs) or SYSTEM_FALLBACK
+
+
+class ToolkitLayout(NamedTuple):
+    root: str  # the toolkit's top folder (nvcc's TOP)
+    include_dirs: tuple[str, ...]  # the folders nvcc adds to the include path itself
+
+
+@functools.cache
+def _layout_of(nvcc: str, mtime_ns: int) -> ToolkitLayout:
+    top, dirs = os.path.normpath(str(Path(nvcc).resolve().parents[1])), []
+    try:  # nvcc may be a wrapper script: its dry run names the real toolkit
+        done = subprocess.run([nvcc, "-dryrun", "-cubin", "-arch=sm_80", "flashgen-layout.cu"], capture_output=True,
+                              text=True, timeout=60, env=scrubbed_env(tempfile.gettempdir()),
+                              cwd=tempfile.gettempdir(), stdin=subprocess.DEVNULL)
+        text = done.stdout + done.stderr
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    if m := re.search(r"^#\$ TOP=(.*)$", text, re.M):
+        top = os.path.normpath(m.group(1).strip())
+    for m in re.finditer(r'^#\$ (?:SYSTEM_)?INCLUDES=(.*)$', text, re.M):
+        for arg in re.findall(r'"([^"]*)"|(\S+)', m.group(1)):
+            value = arg[0] or arg[1]
+            value = value[2:] if value.startswith("-I") else value
+            if value and not value.startswith("-"):
+                dirs.append(os.path.normpath(value))
+    return ToolkitLayout(top, tuple(dirs) or (os.path.join(top, "include"),))
+
+
+def toolkit_layout(nvcc: str) -> ToolkitLayout:
+    """Where nvcc's toolkit lives and which include folders it adds (asked once per nvcc binary)."""
+    return _layout_of(nvcc, os.stat(nvcc).st_mtime_ns)
+
+
+def _option_include_dirs(options: Sequence[str]) -> list[str]:
+    dirs, take = [], False
+    for opt in options:
+        if take:
+            dirs.append(opt)
+            take = False
+        elif opt in ("-I", "--include-path", "-isystem", "--system-include"):
+            take = True
+        elif opt.startswith("-I") or opt.startswith(("--include-path=", "--system-include=")):
+            dirs.append(opt.split("=", 1)[1] if opt.startswith("--") else opt[2:])
+    return dirs
+
+
+def _roots(paths) -> list[str]:
+    out: set[str] = set()
+    for p in paths:
+        out.add(os.path.normpath(str(p)))
+        out.add(os.path.realpath(str(p)))
+    return sorted(out, key=len, reverse=True)
+
+
+def _under(path: str, roots: Sequence[str]) -> str | None:
+    for root in roots:
+        if path == root or path.startswith(root.rstrip(os.sep) + os.sep):
+            return root
+    return None
+
+
+def read_deps(path: Path) -> list[str] | None:
+    """The files of a make-style dependency list (what gcc -MD writes), or None without one."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    files: list[str] = []
+    for rule in text.replace("\\\n", " ").splitlines():
+        if ":" not in rule:
+            continue
+        for token in re.findall(r"(?:\\.|[^\s\\])+", rule.split(":", 1)[1]):
+            files.append(re.sub(r"\\(.)", r"\1", token).replace("$$", "$"))
+    return files
+
+
+def outside_files(deps: Sequence[str], work: str, allowed: Sequence[str]) -> list[str]:
+    """The files of `deps` that are neither in the build folder nor under an allowed root."""
+    roots = _roots([work, *allowed])
+    bad = []
+    for dep in deps:
+        full = os.path.normpath(dep if os.path.isabs(dep) else os.path.join(work, dep))
+        if _under(full, roots) is None and _under(os.path.realpath(full), roots) is None:
+            bad.append(dep)
+    return bad
+
+
+_STRING_RUN = re.compile(r'(?:"(?:\\.|[^"\\\n])*"\s*)+')
+_LINE_MARKER = re.compile(r"^#.*$", re.M)
+
+
+def asm_file_directives(preprocessed: str) -> bool:
+    """Whether a string literal (adjacent ones joined, as the compiler joins them) of the preprocessed source holds an
+    assembler directive that reads a file."""
+    from flashgen.harness.static_check import ASM_FILE_DIRECTIVE
+
+    text = _LINE_MARKER.sub("", preprocessed)
+    return any(ASM_FILE_DIRECTIVE.search(re.sub(r'"\s*"', "", m.group(0))) for m in _STRING_RUN.finditer(text))
+
+
+_ABS_PATH = re.compile(r"(?<![\w.~/-])/(?:[\w.+@-]+/)+[\w.+@-]*")
+
+
+class PathScrubber:
+    """Absolute paths in compiler output, as they may be shown: relative in the build folder, by repository path
+    for the project's headers, <cuda>/... and <system>/... for the toolkit's and the host compiler's, else <path>."""
+
+    def __init__(self, work: str, nvcc: str | None, system: Sequence[str] = ()):
+        self.places: list[tuple[str, str]] = [(r, "") for r in _roots([work])]
+        self.places += [(r, "") for r in _roots([PROJECT_ROOT])]
+        if nvcc:
+            self.places += [(r, "<cuda>/") for r in _roots([toolkit_layout(nvcc).root])]
+        self.places += [(r, "<system>/") for r in _roots(system)]
+        self.places.sort(key=lambda place: len(place[0]), reverse=True)
+
+    def path(self, text: str) -> str:
+        full = os.path.normpath(text)
+        for candidate in (full, os.path.realpath(full)):
+            for root, label in self.places:
+                if candidate == root:
+                    return label.rstrip("/") or "."
+                if candidate.startswith(root.rstrip(os.sep) + os.sep):
+                    return label + candidate[len(root.rstrip(os.sep)) + 1:]
+        return "<path>"
+
+    def __call__(self, text: str) -> str:
+        return _ABS_PATH.sub(lambda m: self.path(m.group(0)), text)
+
+
+def _refused(result: CompileResult, message: str) -> CompileResult:
+    result.ok, result.log, result.kernels, result.device_functions, result.warnings = False, "", {}, {}, []
+    result.errors = [CompileError(tool="harness", message=message)]
+    return result
 
 
 # Instructions that exist only in an arch-specific target (wgmma, setmaxnreg: sm_90a). A source that uses them is
@@ -266,7 +453,7 @@ def compile_cuda(source: str, arch: str, *, options: Sequence[str] = (), timeout
     if not isinstance(source, str) or not source.strip():
         raise UsageError("empty CUDA source")
     arch = build_arch(source, arch)
-    if "/" in filename or not filename.endswith(".cu"):
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.]*\.cu", filename):
         raise UsageError(f"source file name {filename!r} must be a plain NAME.cu")
     opts = _check_options(options)
     nvcc = find_nvcc()
@@ -277,38 +464,66 @@ def compile_cuda(source: str, arch: str, *, options: Sequence[str] = (), timeout
     if entry.exists() and (cached := _load_cached(entry, cubin_cache)) is not None:
         return cached
 
-    includes = [arg for d in include_dirs() for arg in ("-I", str(d))]
-    output = Path(filename).with_suffix(".cubin").name
-    cmd = [nvcc, *ARCH_FLAGS[arch], *BASE_FLAGS, *includes, *opts, filename, "-o", output]
+    refused = file_access_issues(source)
+    if refused:  # nvcc never sees it: nothing it could open, nothing it could print
+        result = CompileResult(ok=False, arch=arch, nvcc_version=version, cache_key=key)
+        result.errors = [CompileError(tool="harness", file=filename, line=issue.line,
+                                      message=f"{issue.message} [{issue.rule}]") for issue in refused[:MAX_DIAGNOSTICS]]
+        return result
+
+    dirs = include_dirs()
+    includes = [arg for d in dirs for arg in ("-I", str(d))]
+    stem = Path(filename).stem
+    output = f"{stem}.cubin"
+    deps_name = f"{stem}.deps"
+    # the device pass's preprocessor lists every file it opened (nvcc's own -MD runs a host pass instead)
+    deps_flags = ["-Xcompiler", f"-MD,-MF,{deps_name}"]
+    cmd = [nvcc, *ARCH_FLAGS[arch], *BASE_FLAGS, *includes, *opts, *deps_flags, filename, "-o", output]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="flashgen-nvcc-") as work:
         Path(work, filename).write_text(source, encoding="utf-8")
         returncode, log = _run(cmd, work, timeout_s)
         seconds = time.monotonic() - started
         cubin_bytes = Path(work, output).read_bytes() if returncode == 0 and Path(work, output).exists() else None
-        ptx_path = Path(work, Path(filename).with_suffix(".ptx").name)
+        ptx_path = Path(work, f"{stem}.ptx")
         ptx = ptx_path.read_text(errors="replace") if ptx_path.exists() else ""
+        deps = read_deps(Path(work, deps_name))
+        preprocessed = Path(work, f"{stem}.cpp1.ii")
+        asm_reads = preprocessed.is_file() and asm_file_directives(preprocessed.read_text(errors="replace"))
 
     result = CompileResult(ok=False, arch=arch, nvcc_version=version, command=cmd, seconds=round(seconds, 3),
-                           cache_key=key, log=_truncate(log))
+                           cache_key=key)
     if returncode is None:
         result.timed_out = True
         result.errors = [CompileError(tool="harness", severity="timeout",
                                       message=f"nvcc timed out after {timeout_s:g} s and was killed (a smaller "
                                               "kernel, less unrolling or fewer template instances compile faster)")]
         return result
+    allowed = [*map(str, dirs), *toolkit_layout(nvcc).include_dirs, *system_include_dirs(), *_option_include_dirs(opts)]
+    outside = outside_files(deps, work, allowed) if deps is not None else []
+    if outside:
+        return _refused(result, f"the preprocessor opened {len(outside)} file(s) outside the build folder, the "
+                                "project's include folders, the CUDA toolkit and the system headers (a computed or "
+                                "disguised #include): refused, and nvcc's output withheld")
+    if asm_reads:
+        return _refused(result, "the preprocessed source holds an assembler directive that reads a file (.incbin, "
+                                ".include): refused, and nvcc's output withheld")
+    if deps is None and returncode == 0:
+        return _refused(result, "the preprocessor wrote no list of the files it opened, so the build cannot be "
+                                "checked: refused")
 
-    sources = {filename: source, **{str(d / p.relative_to(d)): p.read_text(errors="replace")
-                                    for d in include_dirs() for p in d.rglob("*") if p.is_file()}}
+    scrub = PathScrubber(work, nvcc, system_include_dirs())
+    log = scrub(log)
+    result.log = _truncate(log)
+    sources = {filename: source, **{scrub(str(p)): p.read_text(errors="replace")
+                                    for d in dirs for p in Path(d).rglob("*") if p.is_file()}}
     diagnostics = parse_diagnostics(log, sources)
     if ptx:
         locate_ptx_errors(diagnostics, ptx, sources)
-    repo = ABI_HEADER.resolve().parents[2]
-    for diag in diagnostics:  # project headers by their repository path, not this machine's
-        if diag.file and diag.file.startswith(str(repo) + os.sep):
-            diag.file = diag.file[len(str(repo)) + 1:]
-    result.errors = [d for d in diagnostics if d.severity != "warning"]
-    result.warnings = [d for d in diagnostics if d.severity == "warning"]
+    for diag in diagnostics:  # PTX lines quoted into ptxas errors are scrubbed too
+        diag.message = _truncate(scrub(diag.message), MESSAGE_LIMIT)
+    result.errors = [d for d in diagnostics if d.severity != "warning"][:MAX_DIAGNOSTICS]
+    result.warnings = [d for d in diagnostics if d.severity == "warning"][:MAX_DIAGNOSTICS]
     usages = parse_resource_report(log)
     result.kernels = {n: u for n, u in usages.items() if u.is_entry}
     result.device_functions = {n: u for n, u in usages.items() if not u.is_entry}

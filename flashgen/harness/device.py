@@ -2,9 +2,10 @@
 (`device_arch`, `environment_info`, `have_gpu`) and compiling a kernel for the GPU at hand (`ensure_compiled`).
 
 What verify and bench build on; the isolated worker process that runs them (flashgen.harness.worker) sits
-above all three. `launch` is also the Python API for calling a built kernel on user tensors: torch tensors
-(via data_ptr/stride, zero-copy, bf16 included) or anything with `__cuda_array_interface__` (cupy).
-cupy is imported lazily: the CPU-only paths never need it.
+above all three. `launch` is also the Python API for calling a built kernel on user arrays, zero-copy: torch tensors
+(via data_ptr/stride, bf16 included), anything with `__cuda_array_interface__` (cupy, pycuda GPUArray, numba, jax) or
+DLPack (`__dlpack__`/`__dlpack_device__`), all of one kind per call. Launching goes through cupy's driver bindings
+(the gpu extra); torch is optional. cupy is imported lazily: the CPU-only paths never need it.
 """
 
 from __future__ import annotations
@@ -180,26 +181,119 @@ def load_kernel(cubin_path: str, manifest: KernelManifest) -> LoadedKernel:
 
 
 # ---------------------------------------------------------------------------------------------
-# Tensors: torch (data_ptr/stride) or __cuda_array_interface__
+# Arrays: torch tensors (data_ptr/stride), anything with __cuda_array_interface__ (cupy, pycuda GPUArray, numba,
+# jax) or DLPack (__dlpack__ / __dlpack_device__), without importing any of them
 # ---------------------------------------------------------------------------------------------
+
+class ArrayError(FlashgenError, ValueError):
+    """An array the kernel cannot take (wrong dtype, device, layout or kind): one line naming it."""
+
 
 class TensorView(BaseModel):
     ptr: int
     shape: tuple[int, ...]
     strides: tuple[int, ...] = Field(description="in elements")
-    dtype: str = Field(description="fp16 | bf16 | fp32 | other:<typestr>")
+    dtype: str = Field(description="fp16 | bf16 | fp32 | other:<name>")
     stream: int | None = None
+    kind: str = Field(default="array", description="the array's library and type, e.g. torch.Tensor, cupy.ndarray")
+    device: int | None = Field(default=None, description="CUDA device ordinal where the array says (torch, DLPack)")
+    readonly: bool = False
 
 
-_TYPESTR = {"<f2": "fp16", "<f4": "fp32", "<u2": "bf16", "<V2": "bf16"}  # bf16 travels as raw 16-bit words
+# __cuda_array_interface__ typestrs; bf16 travels as raw 16-bit words (cupy has no bf16) or as a 2-byte void
+_TYPESTR = {"<f2": "fp16", "<f4": "fp32", "<u2": "bf16", "<V2": "bf16", "|V2": "bf16"}
+_TYPESTR_NAMES = {"<f8": "float64", "<f2": "float16", "<f4": "float32", "<i4": "int32", "<i8": "int64", "|u1": "uint8",
+                  "|i1": "int8", "<i2": "int16", "|b1": "bool"}
+# DLPack (code, bits) -> our name; uint16 words stand for bf16 as with __cuda_array_interface__
+_DLPACK_DTYPES = {(2, 16): "fp16", (2, 32): "fp32", (4, 16): "bf16", (1, 16): "bf16"}
+_DLPACK_CODES = {0: "int", 1: "uint", 2: "float", 3: "opaque", 4: "bfloat", 5: "complex", 6: "bool"}
+# DLDeviceType: the ones a kernel can read (device memory, managed memory) and the names of the others
+_DLPACK_CUDA = {2, 13}
+_DLPACK_DEVICES = {1: "the CPU", 3: "pinned host memory", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI", 10: "ROCm",
+                   11: "ROCm host memory", 12: "an extension device", 14: "oneAPI"}
 
 
-def tensor_view(x: Any) -> TensorView:
+def array_kind(x: Any) -> str:
+    """The array's library and type, e.g. 'torch.Tensor', 'cupy.ndarray', 'pycuda.GPUArray'."""
+    cls = type(x)
+    return f"{cls.__module__.split('.')[0]}.{cls.__name__}"
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(dim), 1)
+    return tuple(reversed(strides))
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLTensorVersioned(ctypes.Structure):  # DLManagedTensorVersioned (DLPack >= 1.0): version, ctx, deleter, flags
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
+
+
+_DLPACK_FLAG_READ_ONLY = 1
+_capsule_name = ctypes.pythonapi.PyCapsule_GetName
+_capsule_name.restype, _capsule_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+
+def _dlpack_view(x: Any, name: str, kind: str) -> TensorView:
+    try:
+        device_type, device_id = x.__dlpack_device__()
+    except Exception as exc:
+        raise ArrayError(f"{name} ({kind}): __dlpack_device__() failed: {exc}") from None
+    if int(device_type) not in _DLPACK_CUDA:
+        where = _DLPACK_DEVICES.get(int(device_type), f"DLPack device type {device_type}")
+        raise ArrayError(f"{name} ({kind}) is on {where}; the kernel needs CUDA device memory")
+    # the legacy capsule is what every producer gives; read, not consumed: its destructor frees the wrapper and
+    # the array itself (kept alive by the caller) keeps the memory
+    capsule = x.__dlpack__()
+    label = _capsule_name(capsule)
+    if label == b"dltensor":
+        tensor = _DLTensor.from_address(_capsule_pointer(capsule, label))
+        readonly = False
+    elif label == b"dltensor_versioned":
+        versioned = _DLTensorVersioned.from_address(_capsule_pointer(capsule, label))
+        tensor, readonly = versioned.dl_tensor, bool(versioned.flags & _DLPACK_FLAG_READ_ONLY)
+    else:
+        raise ArrayError(f"{name} ({kind}): __dlpack__() gave a capsule named {label!r}, not a DLPack tensor")
+    ndim = int(tensor.ndim)
+    shape = tuple(int(tensor.shape[i]) for i in range(ndim))
+    strides = tuple(int(tensor.strides[i]) for i in range(ndim)) if tensor.strides else _contiguous(shape)
+    code, bits, lanes = int(tensor.dtype.code), int(tensor.dtype.bits), int(tensor.dtype.lanes)
+    dtype = _DLPACK_DTYPES.get((code, bits)) if lanes == 1 else None
+    dtype = dtype or f"other:{_DLPACK_CODES.get(code, f'code{code}')}{bits}" + (f"x{lanes}" if lanes != 1 else "")
+    return TensorView(ptr=int(tensor.data or 0) + int(tensor.byte_offset), shape=shape, strides=strides, dtype=dtype,
+                      kind=kind, device=int(tensor.device.device_id), readonly=readonly)
+
+
+def tensor_view(x: Any, name: str = "array") -> TensorView:
+    """Pointer, shape, strides (elements), dtype and kind of a CUDA array, zero-copy: a torch tensor, anything with
+    __cuda_array_interface__ (cupy, pycuda GPUArray, numba, jax) or DLPack (__dlpack__). Raises ArrayError (one line,
+    naming `name`) for what is not CUDA device memory or not an array."""
+    kind = array_kind(x)
     if hasattr(x, "data_ptr") and hasattr(x, "stride") and hasattr(x, "is_cuda"):  # torch, without importing it
         if not x.is_cuda:
-            raise ValueError("tensor is on the CPU; the kernel needs CUDA tensors")
-        name = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}.get(str(x.dtype),
-                                                                                              f"other:{x.dtype}")
+            raise ArrayError(f"{name} ({kind}) is on the {getattr(x, 'device', 'CPU')}; the kernel needs CUDA device "
+                             "memory (.cuda())")
+        dtype = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}.get(
+            str(x.dtype), f"other:{str(x.dtype).removeprefix('torch.')}")
         stream = None
         try:
             import torch
@@ -207,50 +301,102 @@ def tensor_view(x: Any) -> TensorView:
             stream = torch.cuda.current_stream(x.device).cuda_stream
         except Exception:
             pass
-        return TensorView(ptr=x.data_ptr(), shape=tuple(x.shape), strides=tuple(x.stride()), dtype=name,
-                          stream=stream)
+        index = getattr(getattr(x, "device", None), "index", None)
+        return TensorView(ptr=x.data_ptr(), shape=tuple(x.shape), strides=tuple(x.stride()), dtype=dtype,
+                          stream=stream, kind=kind, device=index)
     cai = getattr(x, "__cuda_array_interface__", None)
-    if cai is None:
-        raise ValueError(f"{type(x).__name__} is not a CUDA array (no __cuda_array_interface__ or torch tensor)")
-    shape = tuple(cai["shape"])
-    typestr = cai["typestr"]
-    itemsize = int(typestr[2:])
-    if cai.get("strides") is None:
-        strides, acc = [], 1
-        for dim in reversed(shape):
-            strides.append(acc)
-            acc *= dim
-        strides = tuple(reversed(strides))
-    else:
-        if any(s % itemsize for s in cai["strides"]):
-            raise ValueError("strides are not a multiple of the element size")
-        strides = tuple(s // itemsize for s in cai["strides"])
-    return TensorView(ptr=int(cai["data"][0]), shape=shape, strides=strides,
-                      dtype=_TYPESTR.get(typestr, f"other:{typestr}"), stream=cai.get("stream"))
+    if cai is not None:
+        if cai.get("mask") is not None:
+            raise ArrayError(f"{name} ({kind}) is a masked array; the kernel takes plain arrays")
+        shape = tuple(int(d) for d in cai["shape"])
+        typestr = str(cai["typestr"])
+        try:
+            itemsize = int(typestr[2:])
+        except ValueError:
+            raise ArrayError(f"{name} ({kind}): unreadable typestr {typestr!r}") from None
+        if cai.get("strides") is None:
+            strides = _contiguous(shape)
+        else:
+            if any(int(s) % itemsize for s in cai["strides"]):
+                raise ArrayError(f"{name} ({kind}): strides {tuple(cai['strides'])} bytes are not a multiple of the "
+                                 f"{itemsize}-byte element")
+            strides = tuple(int(s) // itemsize for s in cai["strides"])
+        data = cai["data"]
+        dtype = _TYPESTR.get(typestr, f"other:{_TYPESTR_NAMES.get(typestr, typestr)}")
+        return TensorView(ptr=int(data[0] or 0), shape=shape, strides=strides, dtype=dtype, stream=cai.get("stream"),
+                          kind=kind, readonly=bool(data[1]) if len(data) > 1 else False)
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        return _dlpack_view(x, name, kind)
+    raise ArrayError(f"{name} ({kind}) is not a CUDA array: it has neither __cuda_array_interface__ nor __dlpack__ "
+                     "(torch, cupy, pycuda, numba and jax arrays have one)")
+
+
+def check_same_kind(views: dict[str, TensorView]) -> None:
+    """One kind of array, on one device, for all the arguments the caller gave (one line otherwise)."""
+    items = list(views.items())
+    first_name, first = items[0]
+    for other_name, other in items[1:]:
+        if other.kind != first.kind:
+            raise ArrayError(f"{first_name} is a {first.kind} but {other_name} is a {other.kind}: pass one kind of "
+                             "array (convert with DLPack, e.g. torch.from_dlpack(x) or cupy.from_dlpack(x))")
+        if first.device is not None and other.device is not None and other.device != first.device:
+            raise ArrayError(f"{first_name} is on cuda:{first.device} but {other_name} on cuda:{other.device}; "
+                             "put them on one GPU")
+
+
+_DTYPE_WORDS = {"fp16": "float16", "bf16": "bfloat16 (or raw uint16 words)", "fp32": "float32"}
 
 
 def _check_tensor(name: str, view: TensorView, dtype: str, shape: tuple[int, ...] | None = None) -> None:
     if view.dtype != dtype:
-        raise ValueError(f"{name} has dtype {view.dtype}, the kernel takes {dtype}")
+        got = view.dtype.removeprefix("other:")
+        raise ArrayError(f"{name} has dtype {_DTYPE_WORDS.get(got, got)}, the kernel takes {_DTYPE_WORDS.get(dtype, dtype)}")
     if shape is not None and tuple(view.shape) != tuple(shape):
-        raise ValueError(f"{name} has shape {tuple(view.shape)}, expected {tuple(shape)}")
+        raise ArrayError(f"{name} has shape {tuple(view.shape)}, expected {tuple(shape)}")
     if view.shape and view.shape[-1] > 1 and view.strides[-1] != 1:
-        raise ValueError(f"{name}: the last (head-dim) axis must be contiguous, stride is {view.strides[-1]}")
+        raise ArrayError(f"{name}: the last (head-dim) axis must be contiguous, stride is {view.strides[-1]} elements")
+
+
+def empty_like(x: Any, shape: tuple[int, ...], dtype: str) -> Any:
+    """A new uninitialised CUDA array of `shape` and `dtype` (fp16/bf16/fp32) of the same kind as `x` where that kind
+    can be made here (torch, cupy, pycuda GPUArray, numba device arrays), else a cupy array (jax arrays are
+    immutable: wrap the result with jax.dlpack.from_dlpack)."""
+    import numpy as np
+
+    kind = array_kind(x)
+    if kind.startswith("torch."):
+        import torch
+
+        torch_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+        return torch.empty(shape, dtype=torch_dtype, device=x.device)
+    # numpy-like dtypes: bf16 as the input's own dtype when the input is bf16 (raw words or ml_dtypes.bfloat16)
+    same = getattr(x, "dtype", None)
+    np_dtype = {"fp16": np.float16, "fp32": np.float32}.get(dtype) or (same if same is not None and
+                                                                       np.dtype(same).itemsize == 2 else np.uint16)
+    if kind.startswith("pycuda."):
+        import pycuda.gpuarray
+
+        return pycuda.gpuarray.empty(shape, dtype=np_dtype)
+    if kind.startswith("numba."):
+        from numba import cuda as numba_cuda
+
+        return numba_cuda.device_array(shape, dtype=np_dtype)
+    return _cupy().empty(shape, dtype=np_dtype)
 
 
 def build_params(manifest: KernelManifest, q: TensorView, k: TensorView, v: TensorView, o: TensorView,
                  lse: TensorView | None, workspace_ptr: int, scale: float, num_splits: int) -> FlashgenAttnParams:
     """The by-value kernel argument, checked against the manifest."""
     if len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
-        raise ValueError("q, k, v must be 4-D: q (B, H, N, D), k and v (B, KVH, M, D)")
+        raise ArrayError("q, k, v must be 4-D: q (B, H, N, D), k and v (B, KVH, M, D)")
     b, h, n, d = q.shape
     kvh, m = k.shape[1], k.shape[2]
     if d != manifest.head_dim:
-        raise ValueError(f"head dim {d} but the kernel was built for D={manifest.head_dim}")
+        raise ArrayError(f"head dim {d} but the kernel was built for D={manifest.head_dim}")
     if h % kvh:
-        raise ValueError(f"H={h} is not a multiple of KVH={kvh}")
+        raise ArrayError(f"H={h} is not a multiple of KVH={kvh}")
     if h // kvh != manifest.variant.kv_group and manifest.variant.kv_group > 1:
-        raise ValueError(f"H/KVH = {h // kvh} but the kernel was built for kv_group={manifest.variant.kv_group}")
+        raise ArrayError(f"H/KVH = {h // kvh} but the kernel was built for kv_group={manifest.variant.kv_group}")
     dt = manifest.dtype.value
     _check_tensor("q", q, dt)
     _check_tensor("k", k, dt, (b, kvh, m, d))
@@ -259,7 +405,7 @@ def build_params(manifest: KernelManifest, q: TensorView, k: TensorView, v: Tens
     if lse is not None:
         _check_tensor("lse", lse, "fp32", (b, h, n))
         if lse.strides[2] != 1:
-            raise ValueError("lse rows must be contiguous (stride 1 along N)")
+            raise ArrayError("lse rows must be contiguous (stride 1 along N)")
     p = FlashgenAttnParams()
     p.q, p.k, p.v, p.o = q.ptr, k.ptr, v.ptr, o.ptr
     p.lse = lse.ptr if lse is not None else None
@@ -276,8 +422,13 @@ def build_params(manifest: KernelManifest, q: TensorView, k: TensorView, v: Tens
     return p
 
 
-def launch_sizes(manifest: KernelManifest, b: int, h: int, kvh: int, n: int, m: int) -> dict[str, int]:
-    sizes = {"B": b, "H": h, "KVH": kvh, "N": n, "M": m, "D": manifest.head_dim, "SPLITS": 1}
+def _sm_count(cp) -> int:
+    return int(cp.cuda.Device().attributes["MultiProcessorCount"])
+
+
+def launch_sizes(manifest: KernelManifest, b: int, h: int, kvh: int, n: int, m: int, sms: int = 1) -> dict[str, int]:
+    """The sizes a manifest's expressions see; `sms` is the running GPU's multiprocessor count."""
+    sizes = {"B": b, "H": h, "KVH": kvh, "N": n, "M": m, "D": manifest.head_dim, "SPLITS": 1, "SMS": sms}
     sizes["SPLITS"] = max(1, eval_size(manifest.num_splits, sizes))
     return sizes
 
@@ -289,14 +440,21 @@ def prepare_launch(manifest: KernelManifest, kernel: LoadedKernel | str, q: Any,
     enqueues the launches (what the benchmark times). Arguments as for `launch`."""
     cp = _cupy()
     loaded = kernel if isinstance(kernel, LoadedKernel) else load_kernel(kernel, manifest)
-    qv, kv, vv, ov = (tensor_view(t) for t in (q, k, v, o))
+    qv, kv, vv, ov = (tensor_view(t, name) for t, name in ((q, "q"), (k, "k"), (v, "v"), (o, "o")))
+    given = {"q": qv, "k": kv, "v": vv, "o": ov}
+    if lse is not None:
+        given["lse"] = tensor_view(lse, "lse")
+    check_same_kind(given)
+    for name in ("o", "lse"):
+        if name in given and given[name].readonly:
+            raise ArrayError(f"{name} ({given[name].kind}) is read-only; the kernel writes it")
     if len(qv.shape) != 4 or len(kv.shape) != 4:
-        raise ValueError("q, k, v must be 4-D: q (B, H, N, D), k and v (B, KVH, M, D)")
+        raise ArrayError("q, k, v must be 4-D: q (B, H, N, D), k and v (B, KVH, M, D)")
     b, h, n, _ = qv.shape
     kvh, m = kv.shape[1], kv.shape[2]
-    sizes = launch_sizes(manifest, b, h, kvh, n, m)
+    sizes = launch_sizes(manifest, b, h, kvh, n, m, _sm_count(cp))
     keep_alive = [q, k, v, o, lse]
-    lse_view = tensor_view(lse) if lse is not None else None
+    lse_view = given.get("lse")
     if lse_view is None and manifest.variant.return_lse:
         scratch = cp.empty((b, h, n), dtype=cp.float32)
         keep_alive.append(scratch)
@@ -307,7 +465,7 @@ def prepare_launch(manifest: KernelManifest, kernel: LoadedKernel | str, q: Any,
         if workspace is None:
             workspace = cp.empty((ws_floats,), dtype=cp.float32)
         keep_alive.append(workspace)
-        ws_ptr = tensor_view(workspace).ptr
+        ws_ptr = tensor_view(workspace, "workspace").ptr
     params = build_params(manifest, qv, kv, vv, ov, lse_view, ws_ptr,
                           scale if scale is not None else 1.0 / math.sqrt(manifest.head_dim), sizes["SPLITS"])
     stream_ptr = _stream_ptr(stream, qv, cp)
@@ -346,11 +504,11 @@ def launch(manifest: KernelManifest, kernel: LoadedKernel | str, q: Any, k: Any,
            workspace: Any = None, scale: float | None = None, stream: Any = None, step: str = "launch") -> None:
     """Run the manifest's launches, in order, on `stream` (default: the tensors' current stream).
 
-    q (B, H, N, D), k and v (B, KVH, M, D), o (B, H, N, D) in the kernel's dtype (torch tensors or
-    __cuda_array_interface__ arrays; bf16 as torch.bfloat16 or raw uint16 words), any strides with a
-    contiguous last axis; lse (B, H, N) fp32 or None (a scratch one is used when the variant writes
+    q (B, H, N, D), k and v (B, KVH, M, D), o (B, H, N, D) in the kernel's dtype: torch tensors,
+    __cuda_array_interface__ arrays (cupy, pycuda, numba, jax) or DLPack arrays, one kind for all (bf16 as
+    torch.bfloat16, a 2-byte bfloat16 or raw uint16 words), any strides with a contiguous last axis; lse (B, H, N) fp32 or None (a scratch one is used when the variant writes
     it); workspace: fp32 device array, allocated here when the manifest needs one and none is given.
-    `kernel` is a LoadedKernel or a cubin path. Raises ValueError for mismatched inputs, KernelRunError
+    `kernel` is a LoadedKernel or a cubin path. Raises ArrayError (a ValueError, one line) for mismatched inputs, KernelRunError
     on CUDA errors. Synchronizes only when it had to allocate scratch buffers."""
     cp = _cupy()
     run = prepare_launch(manifest, kernel, q, k, v, o, lse, workspace, scale, stream, step)

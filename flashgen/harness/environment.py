@@ -137,23 +137,19 @@ class Environment:
             ("dense tensor TFLOP/s", ", ".join(f"{k} {v:g}" for k, v in sorted(target.peak_tflops.items()))),
             ("memory bandwidth", f"{target.mem_bandwidth_gbs:g} GB/s"),
             ("cp.async", "yes" if target.has_cp_async else "no"),
-            ("bf16 mma", "yes" if target.has_bf16_mma else "no (bf16 is converted to fp16 for the mma)"),
+            ("bf16 mma", "yes" if target.has_bf16_mma else "no (a bf16 program loads its tiles `as scaled fp16`; see "
+                                                           "the rules below)"),
         ]
-
-    def primitives_doc(self, target, dtype: DType) -> str:
-        for path in (REPO_ROOT / "docs" / "translators.md",):
-            if path.is_file():
-                return path.read_text()
-        return (f"(no primitive documentation found; use mma.sync for {target.arch} with {dtype.value} inputs and "
-                "fp32 accumulation, ldmatrix where available, cp.async on sm_80+)")
 
     def worked_example(self, target, dtype: DType, head_dim: int) -> tuple[str, str, KernelManifest]:
         """A library program and its reference translation, for the stage-2 prompt. The plain
         variant (causal when asking for plain would show the answer verbatim is fine: the prompt
         says the variant differs only in the masks). Returns the TL, the CUDA and the launch manifest."""
+        from flashgen.translators.params import choose_params
+
         example = Variant(causal=True)
         tl = self.library_tl(example, target, dtype, head_dim, form="full",
-                             params=self.choose_params(example, target, dtype, head_dim)[0])
+                             params=dict(choose_params(example, target, dtype, head_dim)))
         source, manifest = self.translate(tl, target)
         return tl, source, manifest
 
@@ -183,6 +179,20 @@ class Environment:
             return {"source": choice.source, "detail": choice.detail}
         return {"source": "provider", "detail": "not the default choice: written by the provider (a model's own, "
                                                 "or the expert's next search candidate after timing feedback)"}
+
+    def code_path(self, tl_text: str, target) -> dict[str, Any] | None:
+        """Which of the translator's code paths the kernel's TL takes on `target`, and why (the backend's own
+        reason for taking it, then the lowering's notes, e.g. why the sm80 path took a program on sm_90); None when
+        the TL does not lower (a model's CUDA may still have built)."""
+        from flashgen.tl_spec.parser import parse
+        from flashgen.translators import lower
+        from flashgen.translators.backends import get_backend
+
+        try:
+            plan, notes = lower(parse(tl_text), target)
+        except Exception:  # noqa: BLE001 - the record says nothing rather than failing the outputs
+            return None
+        return {"backend": plan.backend, "why": [get_backend(plan.backend).choice_note(target), *notes]}
 
     def library_tl(self, variant: Variant, target, dtype: DType, head_dim: int, form: str,
                    params: dict[str, int] | None = None) -> str:
@@ -361,7 +371,9 @@ def _timing_from(report, shape: Shape, manifest: KernelManifest) -> Timing:
             ours = entry.stats.median_ms
         elif entry.kind == "baseline":
             baselines[entry.name] = entry.stats.median_ms
-    flops = shape.flops(manifest.variant.causal)
+    from flashgen.roofline import attention_flops
+
+    flops = attention_flops(shape, manifest.variant)  # the benchmark's count: the pairs the mask leaves
     return Timing(ran=ours is not None, shape=_shape_text(shape), time_ms=ours,
                   tflops=flops / (ours * 1e-3) / 1e12 if ours else None, baselines_ms=baselines)
 

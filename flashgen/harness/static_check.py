@@ -7,7 +7,16 @@ offsets and line numbers are kept. The rules (the `rule` of each StaticIssue):
 - include:        only these includes: the ABI header (flashgen_abi.cuh), the translators' own
                   primitive headers ("flashgen/..."), and the whitelist ALLOWED_HEADERS / the
                   libcu++ prefix "cuda/" (cuda/std/..., cuda/barrier, cuda/pipeline, cuda/ptx).
-                  Never an absolute path or a ".." component.
+                  Never an absolute path or a ".." component, never a computed include (a macro
+                  operand), no #include_next, #import or #embed. Directives are found as the
+                  preprocessor finds them (splices, comments, digraphs, trigraphs: see
+                  preprocessor_directives).
+- preprocessor:   nothing else that makes the preprocessor look at files or hides names from these
+                  checks: __has_include, _Pragma, pragmas outside ALLOWED_PRAGMAS (GCC dependency),
+                  token pasting (##), #line and line markers, unknown directives.
+- asm:            no assembler directive that reads a file (.incbin, .include), in asm statements or
+                  anywhere else (adjacent string literals joined).
+  These three are also what compile_cuda refuses before nvcc runs (file_access_issues).
 - library:        no cuBLAS, cuDNN, CUTLASS/CuTe, torch/ATen/c10, thrust or CUB: the point is to write
                   the computation, not call it.
 - host-api:       no CUDA runtime or driver API calls (cudaMalloc, cudaMemcpy, cudaDeviceSynchronize,
@@ -26,6 +35,7 @@ offsets and line numbers are kept. The rules (the `rule` of each StaticIssue):
 
 from __future__ import annotations
 
+import bisect
 import re
 
 from pydantic import BaseModel
@@ -149,16 +159,14 @@ def _blank_preprocessor(code: str) -> str:
     return "\n".join(out)
 
 
-def _check_includes(no_comments: str) -> list[StaticIssue]:
+def _check_includes(headers: list[tuple[int, str]]) -> list[StaticIssue]:
+    """The allowed-header rule over the literal #includes (absolute and '..' paths: file_access_issues)."""
     issues: list[StaticIssue] = []
-    for m in _INCLUDE.finditer(no_comments):
-        path = m.group(2).strip()
-        line = _line_of(no_comments, m.start())
+    for line, path in headers:
         parts = path.replace("\\", "/").split("/")
-        if path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", path) or ".." in parts:
-            issues.append(StaticIssue(line=line, rule="include",
-                                      message=f"#include {path!r}: no absolute paths or '..'; include by name"))
-        elif _LIBRARY_INCLUDE.match(path):
+        if path.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", path) or ".." in parts:
+            continue
+        if _LIBRARY_INCLUDE.match(path):
             issues.append(StaticIssue(line=line, rule="library",
                                       message=f"#include {path!r}: libraries (cuBLAS, cuDNN, CUTLASS, torch, thrust, "
                                               "CUB) are not allowed; write the computation"))
@@ -314,9 +322,266 @@ def _check_entries(code: str, no_comments: str, manifest: KernelManifest | None)
 def static_check(source: str, manifest: KernelManifest | None = None) -> list[StaticIssue]:
     """Every rule broken by `source` (and its manifest, when given), ordered by line. [] means clean."""
     no_comments, code = blank_comments_and_strings(source)
-    issues = _check_includes(no_comments)
+    issues, headers = _file_access(source)
+    issues += _check_includes(headers)
     issues += _scan_patterns(_blank_preprocessor(code))
     issues += _check_functions(code)
     issues += _check_entries(code, no_comments, manifest)
+    return _unique(issues)
+
+
+# ---------------------------------------------------------------------------------------------
+# The preprocessor's view: what can make nvcc open a file
+# ---------------------------------------------------------------------------------------------
+# The include rule above is only as good as our reading of the directives, so they are found the way the
+# preprocessor finds them: trigraphs (phase 1, when a mode turns them on), backslash-newline splices (phase 2; gcc
+# also splices a backslash followed by blanks), comments replaced by one space (phase 3: a comment may sit between
+# '#' and the directive's name, and a block comment may join two lines), '%:' for '#'. Where a reading depends on
+# the compiler's mode (trigraphs on or off, blanks after the backslash), every reading is checked and every issue
+# kept; the physical lines are checked as well, without comment removal, so a comment the lexer here reads
+# differently from the compiler cannot hide a directive. An #include must name its file literally: a macro operand
+# is resolved by the preprocessor, not by this check, and is refused. The compile step checks the preprocessor's own
+# list of the files it opened besides (flashgen.harness.compile).
+
+_STRICT_SPLICE = re.compile(r"\\\n")
+_LENIENT_SPLICE = re.compile(r"\\[ \t\f\v]*\n")
+_TRIGRAPHS = {"=": "#", "/": "\\", "'": "^", "(": "[", ")": "]", "!": "|", "<": "{", ">": "}", "-": "~"}
+_DIRECTIVE = re.compile(r"^[ \t\f\v]*(?:#|%:)[ \t\f\v]*(\w*)(.*)$")
+_RAW_DIRECTIVE = re.compile(r"^(?:[ \t\f\v]|/\*.*?\*/)*(?:#|%:)(?:[ \t\f\v]|/\*.*?\*/)*(\w*)(.*)$")
+_HARMLESS_DIRECTIVES = frozenset({"define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else",
+                                  "endif", "error", "warning"})
+_READING_DIRECTIVES = frozenset({"include_next", "import", "embed"})
+ALLOWED_PRAGMAS = ("unroll", "nounroll", "once", "pack", "push_macro", "pop_macro", "message", "nv_diag_*", "diag_*",
+                   "nv_exec_check_disable", "hd_warning_disable", "STDC", "GCC diagnostic", "clang diagnostic")
+_PRAGMA_OK = re.compile(r"^(?:unroll|nounroll|once|pack|push_macro|pop_macro|message|nv_diag_\w+|diag_\w+|"
+                        r"nv_exec_check_disable|hd_warning_disable|STDC|(?:GCC|clang)\s+diagnostic)\b")
+# operators the preprocessor evaluates by looking at files, and the pragma operator (any pragma, from a macro)
+_FILE_OPERATORS = re.compile(r"\b(__has_include_next|__has_include|__has_embed|_Pragma|__pragma)\b")
+# assembler directives that read a file (GNU as); nvcc -cubin runs no host assembler, but asm text is refused anyway
+ASM_FILE_DIRECTIVE = re.compile(r"(?i)\bincbin\b|\.\s*include\s*(?:\\?[\"'<])")
+_ADJACENT_STRINGS = re.compile(r'(?:"(?:\\.|[^"\\\n])*"\s*){2,}')
+_LITERAL_HEADER = re.compile(r'^[ \t]*(<[^>\n]*>|"[^"\n]*")')
+_TRAILING_COMMENT = re.compile(r"//.*$|/\*.*?\*/")
+
+
+def _phase1(source: str, trigraphs: bool) -> str:
+    if not trigraphs:
+        return source
+    return re.sub(r"\?\?([=/'()!<>\-])", lambda m: _TRIGRAPHS[m.group(1)], source)
+
+
+def _spliced(text: str, lenient: bool) -> tuple[str, list[int]]:
+    """Phase 2: backslash-newline removed (lenient: with blanks between, as gcc does). Returns the text and the
+    offsets in it where a splice was (each one a newline fewer)."""
+    splice = _LENIENT_SPLICE if lenient else _STRICT_SPLICE
+    pieces: list[str] = []
+    at: list[int] = []
+    pos = size = 0
+    for m in splice.finditer(text):
+        pieces.append(text[pos:m.start()])
+        size += m.start() - pos
+        at.append(size)
+        pos = m.end()
+    pieces.append(text[pos:])
+    return "".join(pieces), at
+
+
+class _Lines:
+    """Physical source lines of offsets into the spliced text."""
+
+    def __init__(self, text: str, splices: list[int]):
+        self.newlines = [m.start() for m in re.finditer("\n", text)]
+        self.splices = splices
+
+    def __call__(self, offset: int) -> int:
+        return 1 + bisect.bisect_left(self.newlines, offset) + bisect.bisect_right(self.splices, offset)
+
+
+def _pp_number_before(text: str, i: int) -> bool:
+    """Whether text[i] (a quote) continues a pp-number (a C++14 digit separator, 1'000) rather than opening a
+    character literal (u'x', L'x' and x'y' open one: only a run that starts with a digit is a number)."""
+    j = i
+    while j > 0 and (text[j - 1].isalnum() or text[j - 1] in "_.'"):
+        j -= 1
+    run = text[j:i]
+    return bool(run) and (run[0].isdigit() or (run[0] == "." and len(run) > 1 and run[1].isdigit()))
+
+
+_RAW_PREFIXES = frozenset({"R", "u8R", "uR", "UR", "LR"})
+_PLAIN = re.compile(r"[^/\"']+")
+
+
+def _identifier_before(text: str, i: int) -> str:
+    j = i
+    while j > 0 and (text[j - 1].isalnum() or text[j - 1] == "_"):
+        j -= 1
+    return text[j:i]
+
+
+def _without_comments(text: str) -> tuple[str, list[int], list[int]]:
+    """Phase 3: every comment becomes one space (a block comment's newlines go with it, so it joins lines);
+    string, character and raw string literals are kept as they are. Returns the text and its pieces as
+    (start here, start in `text`) in two lists."""
+    out: list[str] = []
+    starts: list[int] = []
+    origins: list[int] = []
+    size = i = 0
+    n = len(text)
+
+    def put(piece: str, origin: int) -> None:
+        nonlocal size
+        out.append(piece)
+        starts.append(size)
+        origins.append(origin)
+        size += len(piece)
+
+    while i < n:
+        if m := _PLAIN.match(text, i):
+            put(m.group(0), i)
+            i = m.end()
+            continue
+        ch, two = text[i], text[i:i + 2]
+        if two == "//":
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            put(" ", i)
+        elif two == "/*":
+            end = text.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            put(" ", i)
+        elif ch == '"' or (ch == "'" and not _pp_number_before(text, i)):
+            raw = ch == '"' and _identifier_before(text, i) in _RAW_PREFIXES
+            m = re.match(r'"([^()\\\s]{0,16})\(', text[i:i + 20]) if raw else None
+            if m is not None:
+                close = text.find(")" + m.group(1) + '"', i + m.end())
+                end = n if close < 0 else close + len(m.group(1)) + 2
+            else:
+                j = i + 1
+                while j < n and text[j] != ch and text[j] != "\n":
+                    j += 2 if text[j] == "\\" else 1
+                end = min(j + 1, n)
+            put(text[i:end], i)
+        else:
+            end = i + 1
+            put(ch, i)
+        i = end
+    return "".join(out), starts, origins
+
+
+def _rows(text: str, line_of) -> list[tuple[int, str]]:
+    found, start = [], 0
+    for row in text.split("\n"):
+        found.append((line_of(start), row))
+        start += len(row) + 1
+    return found
+
+
+def _directive_issues(name: str, rest: str, line: int, raw: bool) -> tuple[list[StaticIssue], str | None]:
+    """Issues of one directive, and the header it names literally (an #include's), if any."""
+    if raw:
+        rest = _TRAILING_COMMENT.sub(" ", rest)
+    if name == "":
+        return [], None
+    if name == "include":
+        literal = _LITERAL_HEADER.match(rest)
+        if literal is None:
+            return [StaticIssue(line=line, rule="include",
+                                message=f"#include {' '.join(rest.split())[:60]}: a computed include (a macro or "
+                                        "anything but a literal <name> or \"name\") is not allowed; name the header")], \
+                None
+        return [], literal.group(1)[1:-1]
+    if name in _READING_DIRECTIVES:
+        return [StaticIssue(line=line, rule="include",
+                            message=f"#{name} is not allowed: it reads a file; include the allowed headers by name "
+                                    "with #include")], None
+    if name == "pragma":
+        words = " ".join(rest.split())
+        if not _PRAGMA_OK.match(words):
+            return [StaticIssue(line=line, rule="preprocessor",
+                                message=f"#pragma {words[:40]} is not allowed; allowed: {', '.join(ALLOWED_PRAGMAS)}")], \
+                None
+        return [], None
+    if name == "define":
+        if "##" in rest or "%:%:" in rest:
+            return [StaticIssue(line=line, rule="preprocessor",
+                                message="token pasting (##) is not allowed: it builds names the static check cannot "
+                                        "see; write the names out")], None
+        return [], None
+    if name in _HARMLESS_DIRECTIVES:
+        return [], None
+    if name.isdigit() or name == "line":
+        return [StaticIssue(line=line, rule="preprocessor",
+                            message="#line and line markers are not allowed: the compiler's messages must name the "
+                                    "real file and line")], None
+    return [StaticIssue(line=line, rule="preprocessor",
+                        message=f"#{name[:30]} is not allowed; directives a kernel may use: #include, #define, #undef, "
+                                "#if/#ifdef/#ifndef/#elif/#else/#endif, #pragma, #error, #warning")], None
+
+
+def preprocessor_directives(source: str) -> tuple[list[StaticIssue], list[tuple[int, str]]]:
+    """(issues, [(line, header)] of the literal #includes) over every reading of `source`'s directives."""
+    issues: list[StaticIssue] = []
+    headers: dict[tuple[int, str], None] = {}
+    seen: set[str] = set()
+    for trigraphs in ([False, True] if "??" in source else [False]):
+        for lenient in (False, True):
+            text, splices = _spliced(_phase1(source, trigraphs), lenient)
+            if text in seen:
+                continue
+            seen.add(text)
+            line_of = _Lines(text, splices)
+            stripped, starts, origins = _without_comments(text)
+
+            def stripped_line(offset: int, starts=starts, origins=origins, line_of=line_of) -> int:
+                if not starts:
+                    return 1
+                k = max(0, bisect.bisect_right(starts, offset) - 1)  # a piece: copied, or one space for a comment
+                return line_of(origins[k] + offset - starts[k])
+
+            for pattern, rows, raw in ((_DIRECTIVE, _rows(stripped, stripped_line), False),
+                                       (_RAW_DIRECTIVE, _rows(text, line_of), True)):
+                for line, row in rows:
+                    if "#" not in row and "%:" not in row:
+                        continue
+                    m = pattern.match(row)
+                    if m is None:
+                        continue
+                    found, header = _directive_issues(m.group(1), m.group(2), line, raw)
+                    issues += found
+                    if header is not None:
+                        headers[(line, header.strip())] = None
+            for m in _FILE_OPERATORS.finditer(text):
+                issues.append(StaticIssue(line=line_of(m.start()), rule="preprocessor",
+                                          message=f"{m.group(1)} is not allowed: it makes the preprocessor look at files "
+                                                  "or run a pragma built from a macro"))
+            # in the text as written, and in adjacent string literals joined as the compiler joins them
+            lines = [line_of(m.start()) for m in ASM_FILE_DIRECTIVE.finditer(text)]
+            lines += [stripped_line(m.start()) for m in _ADJACENT_STRINGS.finditer(stripped)
+                      if ASM_FILE_DIRECTIVE.search(re.sub(r'"\s*"', "", m.group(0)))]
+            for line in lines:
+                issues.append(StaticIssue(line=line, rule="asm",
+                                          message="assembler directives that read files (.incbin, .include) are "
+                                                  "not allowed, in asm statements or anywhere else"))
+    return issues, list(headers)
+
+
+def file_access_issues(source: str) -> list[StaticIssue]:
+    """What in `source` could make the compiler read a file other than the allowed headers (what compile_cuda
+    refuses before it runs nvcc): computed includes, absolute or '..' include paths, #include_next/#import/#embed,
+    __has_include, pragmas outside the allowed list, _Pragma, token pasting, #line, .incbin/.include."""
+    return _file_access(source)[0]
+
+
+def _file_access(source: str) -> tuple[list[StaticIssue], list[tuple[int, str]]]:
+    issues, headers = preprocessor_directives(source)
+    for line, path in headers:
+        parts = path.replace("\\", "/").split("/")
+        if path.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", path) or ".." in parts:
+            issues.append(StaticIssue(line=line, rule="include",
+                                      message=f"#include {path!r}: no absolute paths or '..'; include by name"))
+    return _unique(issues), headers
+
+
+def _unique(issues: list[StaticIssue]) -> list[StaticIssue]:
     unique = {(i.line, i.rule, i.message): i for i in issues}
     return sorted(unique.values(), key=lambda i: (i.line if i.line is not None else 0, i.rule))

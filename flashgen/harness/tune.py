@@ -4,7 +4,7 @@ flashgen.translators.search):
     records = screen_candidates(variant, "h200", DType.bf16, 128)   # CPU (translators.search)
     compile_filter(records, "h200")                                  # nvcc: drops the ones that fail or spill
     result = search(variant, "h200", DType.bf16, 128, shapes, timer=GpuTimer(), budget_s=600)   # GPU
-    record_winner(result)                                            # -> flashgen/translators/tuned/h200.json
+    record_winner(result)                                   # -> the user's <config>/tuned/h200.json
 
 A search screens the candidates on the CPU, compiles them (dropping spills), verifies each on the GPU
 before timing it (a wrong kernel is never a winner) and times the verified ones in batches, one bench
@@ -237,7 +237,9 @@ def search(variant: Variant, target, dtype: DType, head_dim: int, shapes: Sequen
 
 
 def record_winner(result: SearchResult, directory: Path | None = None) -> Path:
-    """Store the winner in the GPU's tuned file (read first by flashgen.translators.params.choose_params)."""
+    """Store the winner in the GPU's tuned file, in `directory` or the user's folder (params.user_tuned_dir():
+    FLASHGEN_HOME/config/tuned, else XDG_CONFIG_HOME/flashgen/tuned; never the installed package), which
+    flashgen.translators.params.choose_params reads before the packaged table."""
     if result.winner is None:
         raise UsageError(f"the search for {result.dtype} {result.variant} d{result.head_dim} on {result.target} "
                          "timed no verified candidate: nothing to record")

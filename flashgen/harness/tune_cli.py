@@ -4,8 +4,10 @@ Without a GPU it lists the candidates that pass the CPU filters (TL checker budg
 limits), in the search's order, with the occupancy model's estimates and a roofline lower bound per
 candidate, says that timing needs a GPU, and exits 0 (the listing is the answer a CPU can give; --write
 without a GPU is an error, exit 2, since nothing was measured). With a GPU it compiles (dropping real spills),
-verifies and times them (flashgen.harness.tune.search) and, with --write, stores the winner in
-flashgen/translators/tuned/<gpu>.json, which choose_params reads first.
+verifies and times them (flashgen.harness.tune.search) and, with --write, stores the winner in the user's tuned file
+(`$FLASHGEN_HOME/config/tuned/<gpu>.json`, else `$XDG_CONFIG_HOME/flashgen/tuned/<gpu>.json`, else
+`~/.config/flashgen/tuned/<gpu>.json`; never into the installed package), which choose_params reads before the
+packaged flashgen/translators/tuned/<gpu>.json.
 
 The GPU path ran on an H200 (`--limit 3`, bf16 d128 non-causal: of three candidates two were verified and
 timed, one dropped over the spill tolerance; benchmarks/results/2026-11-30-h200-tune-bf16-plain-d128-857e8f5.json).
@@ -83,7 +85,9 @@ def register(app: typer.Typer) -> None:
         limit: int | None = typer.Option(None, "--limit", help="only the first N candidates (in the search's order)"),
         roofline: bool = typer.Option(True, "--roofline/--no-roofline",
                                       help=f"per-candidate roofline bound at N=M={ROOFLINE_N} in the CPU listing"),
-        write: bool = typer.Option(False, "--write", help="store the winner in flashgen/translators/tuned/GPU.json"),
+        write: bool = typer.Option(False, "--write", help="store the winner in the user's tuned file "
+                                   "(FLASHGEN_HOME/config/tuned/GPU.json, else XDG_CONFIG_HOME/flashgen/tuned/GPU.json), "
+                                   "read before the packaged table"),
         json_out: Path | None = typer.Option(None, "--json", help="also write the whole search result here"),
     ) -> None:
         """Choose tile parameters: CPU filters and a listing without a GPU, a timed search with one."""

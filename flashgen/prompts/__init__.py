@@ -1,4 +1,6 @@
-"""The prompt templates (jinja2, StrictUndefined: a missing value is an error, never an empty hole)."""
+"""The prompt templates (jinja2, StrictUndefined: a missing value is an error, never an empty hole). Which of the
+target's rules each step gets: `rules.py`; the package's names, which no prompt may hold: `internal.py`; what each
+step sends and expects, with one rendered prompt per step: docs/agent.md."""
 
 from __future__ import annotations
 

@@ -5,7 +5,10 @@ check(program, target=None) -> [Diagnostic]
 format_program(program) -> str            parse(format_program(p)) == p
 interpret(program, shape, seed) -> InterpretResult (outputs O/LSE in fp64, OpCounts)
 compare(program, shape, seed) -> CompareResult (max_abs_err, rel_err vs flashgen.reference)
-library.render(variant, dtype=, arch=, params=, form=) -> str; library.load(name, form)
+library.render(variant, dtype=, arch=, params=, form=, roles=) -> str; library.load(name, form)
+
+Programs for sm_90 (fp16/bf16) are written in the Hopper dataflow: Role blocks, staged buffers, async copies and the
+Acquire/Wait/Release handshakes (docs/llm-tl.md); roles.py holds the checker's rules for it.
 """
 
 from flashgen.tl_spec import ast

@@ -15,7 +15,10 @@ Shapes of the things a translator looks for (see `Program` helpers at the bottom
 - normalization: `ComputeOnlineSoftmax` (composite) or the explicit rowmax/exp2/rowsum steps;
 - epilogue: the `ComputeAssign`s after the key loop (O / l, LSE) and the `Copy ... to global`;
 - loop bounds: `ForLoop.start` / `ForLoop.stop` (half-open, exactly as written);
-- tile params: `Program.params`.
+- tile params: `Program.params`;
+- the Hopper dataflow (sm_90): `Role` blocks (a producer that loads, a consumer that computes), staged shared
+  buffers (`Allocate.stages`), asynchronous copies (`Copy.is_async`, `Copy.stage`) and the stage handshakes
+  `Acquire`, `Wait`, `Release` (`Program.roles`, `role_program`).
 """
 
 from __future__ import annotations
@@ -165,13 +168,15 @@ class Allocate(Node):
     other global name is an fp32 workspace (split-KV partials). Shared and register allocations sit
     inside a kernel; they start poisoned (NaN) until written. `offset` places a shared buffer at a
     byte offset of the kernel's dynamic shared memory (buffers may alias). `shape`/`dtype` are None
-    only in sketches."""
+    only in sketches. `stages` (Hopper dataflow, shared only): a ring of that many tiles of the shape, filled by
+    the producer role's asynchronous copies one stage at a time (`... stages STAGES`)."""
 
     kind: Literal["allocate"] = "allocate"
     name: str
     level: Level
     shape: list[Expr] | None = None
     dtype: DType | None = None
+    stages: Expr | None = None
     offset: Expr | None = None
 
 
@@ -184,13 +189,19 @@ class Copy(Node):
     `scaled_to` (`as scaled fp16`): a global -> shared load that stores the tile in this dtype, scaled by
     a power of two chosen per tile, for tensor cores that do not take the program's dtype (bf16/fp32 on
     sm_75, docs/turing-dtypes.md). The scale is exact and folded back after the GEMMs; the fp64
-    interpreter does not emulate the rounding, so it is a plain copy there."""
+    interpreter does not emulate the rounding, so it is a plain copy there.
+
+    `is_async` (`... async`, Hopper dataflow: the producer role's TMA load): the tile lands later; the consumer
+    sees it only after `Wait DST [stage S]`. `stage` names the stage of a staged destination
+    (`Copy K[...] from global to shared K_s stage n_blk async`)."""
 
     kind: Literal["copy"] = "copy"
     src: Ref
     src_level: Level
     dst_level: Level
     dst: Ref | None = None
+    stage: Expr | None = None
+    is_async: bool = False
     scaled_to: DType | None = None
 
 
@@ -268,6 +279,50 @@ class ForLoop(Node):
     body: list[Stmt] = Field(default_factory=list)
 
 
+class Role(Node):
+    """`Role producer|consumer warps W` ... `end` (Hopper dataflow, sm_90): the block's warps split into two roles
+    that run at the same time. The producer (one warpgroup, `warps 4`) only loads: `Acquire` a stage, then an
+    `async` Copy into it; the consumer (WARPS warps, 16 query rows each) computes: `Wait` for a stage before it
+    reads it, `Release` it after its last read. Both sit, one of each, inside the innermost parallel loop.
+    `warps` is None only in a sketch."""
+
+    kind: Literal["role"] = "role"
+    role: Literal["producer", "consumer"]
+    warps: Expr | None = None
+    body: list[Stmt] = Field(default_factory=list)
+
+
+class Acquire(Node):
+    """`Acquire BUF stage S` (producer): wait until slot S % stages of the staged buffer BUF is free (released by
+    the consumer after the stage that used it `stages` steps before), then own it for the next async copy."""
+
+    kind: Literal["acquire"] = "acquire"
+    buffer: str
+    stage: Expr | None = None
+
+
+class Wait(Node):
+    """`Wait BUF [stage S]` (consumer): wait until the async copy into BUF (its stage S when staged) has landed;
+    from here until the matching Release, reads of BUF see that stage."""
+
+    kind: Literal["wait"] = "wait"
+    buffer: str
+    stage: Expr | None = None
+
+
+class Release(Node):
+    """`Release BUF stage S` (consumer): the consumer is done with stage S of BUF; the producer may refill its slot.
+    No read of BUF may follow in the same step."""
+
+    kind: Literal["release"] = "release"
+    buffer: str
+    stage: Expr | None = None
+
+
+#: the statements that handshake on a stage (Hopper dataflow)
+SYNC_TYPES = (Acquire, Wait, Release)
+
+
 class Kernel(Node):
     """`Kernel NAME` ... `end`: one launch. Several kernels run in order (split-KV: partial, combine)."""
 
@@ -277,9 +332,13 @@ class Kernel(Node):
 
 
 Stmt = Annotated[
-    Comment | Allocate | Copy | ComputeGemm | ComputeOnlineSoftmax | ComputeAssign | ComputeText | Reshape | Let | ForLoop | Kernel,
+    Comment | Allocate | Copy | ComputeGemm | ComputeOnlineSoftmax | ComputeAssign | ComputeText | Reshape | Let | ForLoop
+    | Kernel | Role | Acquire | Wait | Release,
     Field(discriminator="kind"),
 ]
+
+#: statements with a body (closed by `end`)
+BLOCK_TYPES = (Kernel, ForLoop, Role)
 
 
 # --------------------------------------------------------------------------- header and program
@@ -315,23 +374,36 @@ class Program(Node):
         return [s for s in self.body if isinstance(s, Allocate)]
 
     def statements(self) -> list[Any]:
-        """Every statement, depth first in source order (kernels and loops before their bodies)."""
+        """Every statement, depth first in source order (kernels, loops and roles before their bodies)."""
         out: list[Any] = []
 
         def walk(stmts: list[Any]) -> None:
             for s in stmts:
                 out.append(s)
-                if isinstance(s, (Kernel, ForLoop)):
+                if isinstance(s, BLOCK_TYPES):
                     walk(s.body)
 
         walk(self.body)
         return out
+
+    @property
+    def roles(self) -> list[Role]:
+        """Every Role block (Hopper dataflow), in source order."""
+        return [s for s in self.statements() if isinstance(s, Role)]
+
+
+def role_program(program: Program) -> bool:
+    """Whether the program is written in the Hopper dataflow: it has Role blocks (or, malformed, staged buffers,
+    async copies or stage handshakes without them)."""
+    return any(isinstance(s, (Role, *SYNC_TYPES)) or (isinstance(s, Allocate) and s.stages is not None)
+               or (isinstance(s, Copy) and (s.is_async or s.stage is not None)) for s in program.statements())
 
 
 Unary.model_rebuild()
 Binary.model_rebuild()
 Call.model_rebuild()
 ForLoop.model_rebuild()
+Role.model_rebuild()
 Kernel.model_rebuild()
 Program.model_rebuild()
 
@@ -350,11 +422,12 @@ def nesting_problem(program: Program) -> tuple[Any, str] | None:
     stack: list[tuple[Any, int]] = [(s, 1) for s in program.body]
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, (Kernel, ForLoop)):
+        if isinstance(node, BLOCK_TYPES):
             if depth > MAX_BLOCK_DEPTH:
                 return node, f"blocks nested more than {MAX_BLOCK_DEPTH} deep"
             stack.extend((s, depth + 1) for s in node.body)
-            parts = [node.start, node.stop] if isinstance(node, ForLoop) else []
+            parts = [node.start, node.stop] if isinstance(node, ForLoop) else [node.warps] if isinstance(node, Role) \
+                else []
         else:
             parts = [node]
         if any(nesting_problem_expr(p) for p in parts):
@@ -392,3 +465,17 @@ def walk_expr(expr: Any):
 def expr_names(expr: Any) -> list[str]:
     """Names an expression reads, in order (with repeats)."""
     return [n.id for n in walk_expr(expr) if isinstance(n, Name)]
+
+
+def substitute(expr: Any, mapping: dict[str, Any]) -> Any:
+    """A copy of an expression with names replaced by expressions (`mapping`: name -> expression); locations kept."""
+    if isinstance(expr, Name):
+        return mapping.get(expr.id, expr)
+    if isinstance(expr, Unary):
+        return Unary(op=expr.op, operand=substitute(expr.operand, mapping), loc=expr.loc)
+    if isinstance(expr, Binary):
+        return Binary(op=expr.op, left=substitute(expr.left, mapping), right=substitute(expr.right, mapping),
+                      loc=expr.loc)
+    if isinstance(expr, Call):
+        return Call(func=expr.func, args=[substitute(a, mapping) for a in expr.args], loc=expr.loc)
+    return expr

@@ -18,6 +18,7 @@ from flashgen.targets import tensor_cores_take
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.diagnostics import Diagnostic
 from flashgen.tl_spec.printer import format_expr
+from flashgen.tl_spec.roles import RoleRules
 from flashgen.variant import DType
 
 # probe values for runtime sizes: distinct, not multiples of common tiles
@@ -51,6 +52,7 @@ class _Sym:
     reported: bool = False
     written_in_loop: bool = False
     probe: tuple[Any, Any] = (None, None)  # values under the two probe assignments
+    stages: int | None = None  # a staged shared buffer (Hopper dataflow): its ring's depth
 
 
 @dataclass
@@ -69,6 +71,7 @@ class _Checker:
         self.scopes: list[dict[str, _Sym]] = []
         self.dtype = program.target.dtype if program.target else DType.fp16
         self.rng = random.Random(0)
+        self.rules = RoleRules(self)  # the Hopper dataflow's rules (roles.py)
 
     # ------------------------------------------------------------------ reporting
     def err(self, node: Any, message: str, hint: str | None = None, severity: str = "error") -> None:
@@ -172,6 +175,7 @@ class _Checker:
                     self.read(sym, sub)
 
     def read(self, sym: _Sym, node: Any) -> None:
+        self.rules.read(sym, node)
         if sym.kind == "tensor" and sym.level is not ast.Level.global_ and not sym.written and not sym.reported:
             sym.reported = True
             self.err(node, f"'{sym.name}' is read before anything writes it (allocations start uninitialised)",
@@ -237,6 +241,7 @@ class _Checker:
                 self.err(stmt, "a statement outside a Kernel in a full program",
                          "wrap the statements in `Kernel NAME` ... `end`")
         self.check_globals()
+        self.rules.finish()
         return self.diags
 
     def check_params(self) -> None:
@@ -336,6 +341,7 @@ class _Checker:
                 self.names_in(stmt.offset, stmt, allow_tensors=False)
             sym.in_loop = ctx.seq_depth > 0
             ctx.kernel_tensors.append(sym)
+            self.rules.allocate(stmt, sym)
             if stmt.level is ast.Level.register and stmt.dtype is not None and stmt.dtype not in (DType.fp32,
                                                                                                  self.dtype):
                 self.err(stmt, f"register tensor of dtype {stmt.dtype.value} in a {self.dtype.value} program",
@@ -354,6 +360,8 @@ class _Checker:
 
     def block(self, stmts: list[Any], ctx: _Ctx, grid_level: bool = False) -> None:
         real = [s for s in stmts if not isinstance(s, ast.Comment)]
+        if any(isinstance(s, ast.Role) for s in real):
+            self.rules.block_structure(real, ctx)
         for i, stmt in enumerate(real):
             if isinstance(stmt, ast.ForLoop):
                 self.loop(stmt, ctx, grid_level and not ctx.grid_done, after=real[i + 1:])
@@ -387,6 +395,8 @@ class _Checker:
             except (TypeError, ValueError, OverflowError):
                 trips.append(None)
         self.loop_trips(loop, trips)
+        his = [self.probe(loop.stop, which, loop) if loop.stop is not None else None for which in (0, 1)]
+        self.rules.remember_bounds(loop, (probes[0], his[0], probes[1], his[1]))
         self.scopes.append({})
         # a probe value for the variable: the start, which exists for every non-empty loop
         sym = _Sym(loop.var, "loop", loc=loop.loc, probe=(probes[0], probes[1]))
@@ -396,7 +406,9 @@ class _Checker:
         if not loop.parallel:
             ctx.seq_depth += 1
             ctx.grid_done = True
+        self.rules.enter_loop(loop)
         self.block(loop.body, ctx, grid_level=loop.parallel and grid_level)
+        self.rules.exit_loop(loop)
         if not loop.parallel:
             ctx.seq_depth -= 1
         self.scopes.pop()
@@ -417,8 +429,24 @@ class _Checker:
                                f"N={sizes['N']}, M={sizes['M']}: more than B*H*N*M, beyond any real shape", hint)
                 return
 
+    def role_block(self, role: ast.Role, ctx: _Ctx) -> None:
+        """`Role producer|consumer warps W` ... `end`: its own scope (a role's registers and Lets are its own)."""
+        if self.rules.role is not None:
+            return  # a role inside a role: reported by block_structure
+        self.rules.enter_role(role)
+        self.scopes.append({})
+        self.block(role.body, ctx, grid_level=False)
+        self.scopes.pop()
+        self.rules.exit_role(role)
+
     def statement(self, stmt: Any, ctx: _Ctx) -> None:
-        if isinstance(stmt, ast.Let):
+        if not self.rules.statement_allowed(stmt):
+            return
+        if isinstance(stmt, ast.Role):
+            self.role_block(stmt, ctx)
+        elif isinstance(stmt, ast.SYNC_TYPES):
+            self.rules.sync(stmt, ctx)
+        elif isinstance(stmt, ast.Let):
             self.names_in(stmt.value, stmt, allow_tensors=False)
             self.define(_Sym(stmt.name, "let", loc=stmt.loc,
                              probe=(self.probe(stmt.value, 0, stmt), self.probe(stmt.value, 1, stmt))), stmt)
@@ -470,6 +498,7 @@ class _Checker:
         if dst.level is ast.Level.global_ and dst.name in ("Q", "K", "V"):
             self.err(stmt.dst, f"'{dst.name}' is an input; a kernel cannot write it")
             return
+        self.rules.copy(stmt, src, dst, ctx)
         self.copy_dtype(stmt, src, dst)
         if src.level is ast.Level.global_ or dst.level is ast.Level.global_:
             glob_ref, glob, local_ref, local = (stmt.src, src, stmt.dst, dst) if src.level is ast.Level.global_ \
@@ -597,7 +626,7 @@ class _Checker:
 
     def gemm_dims(self, stmt: Any, m: int, n: int, k: int) -> None:
         mma = self.mma_shape()
-        warps = self.p.params.get("WARPS", 1)
+        warps = self.rules.consumer_warps() or self.p.params.get("WARPS", 1)
         if m % (mma.m * warps):
             self.err(stmt, f"the GEMM's {m} rows do not split into {warps} warps of {mma.m} rows ({mma.instruction})",
                      "make BLOCK_M a multiple of 16 * WARPS")
@@ -690,7 +719,7 @@ class _Checker:
         if self.target is None:
             return
         stages = self.p.params.get("STAGES", 1)
-        warps = self.p.params.get("WARPS", 4)
+        warps = self.rules.consumer_warps() or self.p.params.get("WARPS", 4)
         smem = 0
         acc_regs = operand_regs = 0.0
         allocs = {a.name: a for a in _allocations(kernel)}
@@ -701,7 +730,8 @@ class _Checker:
                 continue
             size = math.prod(sym.shape) * sym.dtype.itemsize
             if sym.level is ast.Level.shared:
-                copies = stages if sym.written_in_loop else 1
+                # a role program states its rings (`stages`); otherwise a buffer loaded in a loop is multi-buffered
+                copies = sym.stages or (1 if self.rules.program_has_roles else stages if sym.written_in_loop else 1)
                 alloc = allocs.get(sym.name)
                 off = self.probe(alloc.offset, 0, alloc) if alloc is not None and alloc.offset is not None else None
                 if isinstance(off, (int, float)):
@@ -741,7 +771,7 @@ class _Checker:
 def _walk(stmts: list[Any]):
     for s in stmts:
         yield s
-        if isinstance(s, (ast.ForLoop, ast.Kernel)):
+        if isinstance(s, ast.BLOCK_TYPES):
             yield from _walk(s.body)
 
 
@@ -752,7 +782,7 @@ def _allocations(kernel: ast.Kernel) -> list[ast.Allocate]:
         for s in stmts:
             if isinstance(s, ast.Allocate):
                 out.append(s)
-            elif isinstance(s, (ast.ForLoop, ast.Kernel)):
+            elif isinstance(s, ast.BLOCK_TYPES):
                 walk(s.body)
 
     walk(kernel.body)

@@ -161,9 +161,13 @@ def library_cmd(
     write: bool = typer.Option(False, "--write", help="re-render the committed program files"),
     show: str | None = typer.Option(None, "--show", help="print one program, e.g. causal"),
     form: str = typer.Option("full", "--form", help="full or sketch (with --show)"),
+    arch: str | None = typer.Option(None, "--arch", help="with --show: render it for this arch (sm_90: the Hopper "
+                                                         "dataflow) instead of printing the committed sm_80 file"),
+    dtype: str = typer.Option("fp16", "--dtype", help="with --arch: fp16, bf16 or fp32"),
 ) -> None:
     """List the library programs, print one, or re-render the committed files."""
     from flashgen.tl_spec import library
+    from flashgen.variant import DType
 
     if write:
         for path in library.write_all():
@@ -172,7 +176,20 @@ def library_cmd(
     if show:
         if form not in ("full", "sketch"):
             raise UsageError(f"--form {form!r}: expected full or sketch")
-        out.print(library.load(show, form), end="", markup=False)  # type: ignore[arg-type]
+        if arch is None:
+            out.print(library.load(show, form), end="", markup=False)  # type: ignore[arg-type]
+            return
+        if show not in library.PROGRAMS:
+            library.load(show, form)  # type: ignore[arg-type]  # the one-line error naming the known programs
+        from flashgen.targets import TARGETS
+
+        archs = sorted({t.arch for t in TARGETS.values()})
+        if arch not in archs:
+            raise UsageError(f"--arch {arch!r}: expected one of {', '.join(archs)}")
+        if dtype not in DType.__members__:
+            raise UsageError(f"--dtype {dtype!r}: expected fp16, bf16 or fp32")
+        text = library.render(library.PROGRAMS[show], dtype=dtype, arch=arch, form=form, name=show)  # type: ignore
+        out.print(text, end="", markup=False)
         return
     for name, variant in library.PROGRAMS.items():
         out.print(f"{name:16s} {variant.name}")

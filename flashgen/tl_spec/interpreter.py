@@ -14,6 +14,15 @@ traffic, each global tensor's size once if any Copy reads it and once if any Cop
 
 `compare` runs a program and measures its error against `flashgen.reference.attention` for the
 program's declared variant.
+
+The Hopper dataflow (Role blocks, docs/llm-tl.md): the roles of a block run as coroutines. The scheduler runs the
+producer as far ahead as its Acquires allow, then the consumer until it waits for a copy not issued yet (or releases
+a stage, when the producer gets to run again). An async copy's tile lands in its slot's *pending* copy and becomes
+what the consumer reads only at the matching Wait; a read of a slot that was not awaited sees its old content (NaN
+until the first Wait). Release frees the slot and poisons what the consumer sees of it (the producer may refill it at
+any time). Acquire waits until the slot's previous use is released; a copy into a slot that was not acquired lands
+anyway (a race: it overwrites a tile the consumer may not have awaited yet). When every role waits, the run stops
+with one line naming the buffer and stage each waits for (TLRuntimeError).
 """
 
 from __future__ import annotations
@@ -84,6 +93,37 @@ class _Buffer:
     rows: np.ndarray | None = None  # (G, shape[0]) absolute row coordinate (query row / key position)
     cols: np.ndarray | None = None  # (G, shape[1])
     is_accumulator: bool = False
+    ring: _Ring | None = None  # an asynchronously loaded shared buffer (Hopper dataflow): its slots
+
+
+@dataclass
+class _Ring:
+    """The slots of an async-loaded shared buffer (one slot when it has no `stages`): what the consumer sees
+    (`visible`), what the last copy into each slot brought (`pending`, visible from the matching Wait on), and per
+    grid point and slot how often it was acquired, filled, awaited and released."""
+
+    stages: int
+    visible: np.ndarray  # (S, G, *shape)
+    pending: np.ndarray
+    vis_rows: np.ndarray  # (S, G, shape[0]) coordinates travelling with the data
+    pend_rows: np.ndarray
+    vis_cols: np.ndarray | None
+    pend_cols: np.ndarray | None
+    acquired: np.ndarray  # (G, S) counts
+    filled: np.ndarray
+    waited: np.ndarray
+    released: np.ndarray
+    current: np.ndarray  # (G,) the slot the consumer last waited for, -1 before any
+
+
+class _Blocked:
+    """What a role coroutine yields while it cannot go on: the statement, the buffer, the stage and slot."""
+
+    def __init__(self, stmt: Any, what: str, stage: int, slot: int):
+        self.stmt, self.what, self.stage, self.slot = stmt, what, stage, slot
+
+
+_PROGRESS = object()  # yielded by the consumer after a Release: the producer may go on
 
 
 @dataclass
@@ -136,6 +176,9 @@ class _Run:
         self.scalars: dict[str, Any] = {}
         self.locals: dict[str, _Buffer] = {}
         self.globals: dict[str, _Buffer] = {}
+        self.steps = 0  # statements executed: the role scheduler's measure of progress
+        self.async_targets = {s.dst.name for s in program.statements()
+                              if isinstance(s, ast.Copy) and s.is_async and s.dst is not None}
         for alloc in program.global_allocations:
             dims = tuple(self._static_int(e, alloc) for e in alloc.shape or [])
             if alloc.name in INPUT_NAMES:
@@ -310,30 +353,215 @@ class _Run:
         self.scalars[stmt.name] = value
 
     def _block(self, stmts: list[Any], active: np.ndarray | None) -> None:
+        roles_run = False
+        for stmt in stmts:
+            if isinstance(stmt, ast.Comment):
+                continue
+            if isinstance(stmt, ast.Role):
+                if not roles_run:  # the block's roles run together, as soon as the first is reached
+                    roles_run = True
+                    self._run_roles([s for s in stmts if isinstance(s, ast.Role)], active)
+                continue
+            self.charge(self.G, stmt)
+            self._statement(stmt, active)
+
+    def _statement(self, stmt: Any, active: np.ndarray | None) -> None:
+        self.steps += 1
+        if isinstance(stmt, ast.Let):
+            self._let(stmt, active)
+        elif isinstance(stmt, ast.Allocate):
+            self._allocate(stmt)
+        elif isinstance(stmt, ast.Copy):
+            self._copy(stmt, active)
+        elif isinstance(stmt, ast.ComputeGemm):
+            self._gemm(stmt, active)
+        elif isinstance(stmt, ast.ComputeOnlineSoftmax):
+            self._online_softmax(stmt, active)
+        elif isinstance(stmt, ast.ComputeAssign):
+            self._assign(stmt, active)
+        elif isinstance(stmt, ast.Reshape):
+            self._reshape(stmt, active)
+        elif isinstance(stmt, ast.ForLoop):
+            self._loop(stmt, active)
+        elif isinstance(stmt, ast.SYNC_TYPES):
+            # outside a role (a program the checker would refuse): it must not need to wait
+            for signal in self._sync(stmt, active):
+                if isinstance(signal, _Blocked):
+                    raise self.error(stmt, f"deadlock: {self._blocked_text(signal)}, outside any role")
+        elif isinstance(stmt, ast.Role):
+            self._run_roles([stmt], active)
+        elif isinstance(stmt, ast.Kernel):
+            raise self.error(stmt, "a Kernel inside a Kernel")
+        else:
+            raise self.error(stmt, "a sketch statement cannot run; write it in full TL")
+
+    # ------------------------------------------------------------------ roles (Hopper dataflow)
+    def _run_roles(self, roles: list[ast.Role], active: np.ndarray | None) -> None:
+        """Run the roles of a block as coroutines: producers first and as far ahead as their Acquires allow."""
+        order = sorted(roles, key=lambda r: r.role != "producer")
+        state = {id(r): {"scalars": dict(self.scalars), "locals": dict(self.locals), "running": list(self.running)}
+                 for r in order}
+        saved = (self.scalars, self.locals, self.running)
+        gens = {id(r): self._role_body(r.body, active) for r in order}
+        done: set[int] = set()
+        blocked: dict[int, _Blocked] = {}
+        try:
+            while len(done) < len(order):
+                before = self.steps
+                for role in order:
+                    if id(role) in done:
+                        continue
+                    own = state[id(role)]
+                    self.scalars, self.locals, self.running = own["scalars"], own["locals"], own["running"]
+                    blocked.pop(id(role), None)
+                    while True:
+                        try:
+                            signal = next(gens[id(role)])
+                        except StopIteration:
+                            done.add(id(role))
+                            break
+                        if isinstance(signal, _Blocked):
+                            blocked[id(role)] = signal
+                            break
+                        if role.role != "producer":
+                            break  # a Release: let the producer refill the stage
+                if len(done) < len(order) and self.steps == before:
+                    waits = [f"the {r.role} {self._blocked_text(blocked[id(r)])}" for r in order if id(r) in blocked]
+                    finished = [f"the {r.role} has finished" for r in order if id(r) in done]
+                    first = next(blocked[id(r)] for r in order if id(r) in blocked)
+                    raise self.error(first.stmt, "deadlock: " + "; ".join(waits + finished))
+        finally:
+            for gen in gens.values():
+                gen.close()
+            self.scalars, self.locals, self.running = saved
+
+    def _blocked_text(self, b: _Blocked) -> str:
+        line = b.stmt.loc.line if b.stmt.loc else "?"
+        buf = b.stmt.buffer
+        stage = f" stage {b.stage} (slot {b.slot})" if b.stmt.stage is not None else ""
+        if b.what == "acquire":
+            return f"waits at line {line} to acquire {buf}{stage}, which is not released"
+        return f"waits at line {line} for {buf}{stage}, whose copy is not issued"
+
+    def _role_body(self, stmts: list[Any], active: np.ndarray | None):
+        """A role's statements as a coroutine: yields a _Blocked while a handshake cannot go on."""
         for stmt in stmts:
             if isinstance(stmt, ast.Comment):
                 continue
             self.charge(self.G, stmt)
-            if isinstance(stmt, ast.Let):
-                self._let(stmt, active)
-            elif isinstance(stmt, ast.Allocate):
-                self._allocate(stmt)
-            elif isinstance(stmt, ast.Copy):
-                self._copy(stmt, active)
-            elif isinstance(stmt, ast.ComputeGemm):
-                self._gemm(stmt, active)
-            elif isinstance(stmt, ast.ComputeOnlineSoftmax):
-                self._online_softmax(stmt, active)
-            elif isinstance(stmt, ast.ComputeAssign):
-                self._assign(stmt, active)
-            elif isinstance(stmt, ast.Reshape):
-                self._reshape(stmt, active)
-            elif isinstance(stmt, ast.ForLoop):
-                self._loop(stmt, active)
-            elif isinstance(stmt, ast.Kernel):
-                raise self.error(stmt, "a Kernel inside a Kernel")
+            if isinstance(stmt, ast.SYNC_TYPES):
+                self.steps += 1
+                yield from self._sync(stmt, active)
+            elif isinstance(stmt, ast.ForLoop) and not stmt.parallel and stmt.text is None:
+                self.steps += 1
+                yield from self._role_loop(stmt, active)
             else:
-                raise self.error(stmt, "a sketch statement cannot run; write it in full TL")
+                self._statement(stmt, active)
+
+    def _role_loop(self, loop: ast.ForLoop, active: np.ndarray | None):
+        start = self._index_values(self.eval(loop.start, 0, loop), loop.start, active)
+        stop = self._index_values(self.eval(loop.stop, 0, loop), loop.stop, active)
+        running = self.running  # this role's own (the scheduler swaps self.running between roles)
+        running.append(loop)
+        try:
+            if not isinstance(start, np.ndarray) and not isinstance(stop, np.ndarray):
+                for it in range(start, stop):
+                    self.charge(self.G, loop)
+                    self.scalars[loop.var] = it
+                    yield from self._role_body(loop.body, active)
+                return
+            start_a = np.broadcast_to(np.asarray(start), (self.G,))
+            stop_a = np.broadcast_to(np.asarray(stop), (self.G,))
+            live = np.ones(self.G, bool) if active is None else active
+            if not live.any():
+                return
+            for it in range(int(start_a[live].min()), int(stop_a[live].max())):
+                self.charge(self.G, loop)
+                inner = live & (start_a <= it) & (it < stop_a)
+                if not inner.any():
+                    continue
+                self.scalars[loop.var] = np.full(self.G, it, dtype=np.int64)
+                yield from self._role_body(loop.body, inner)
+        finally:
+            running.pop()
+
+    def _slots(self, buf: _Buffer, stage: Any, active: np.ndarray | None, node: Any) -> tuple[np.ndarray, np.ndarray,
+                                                                                              np.ndarray]:
+        """(live points, their slot, their stage value) of `stage` (0 for a buffer without stages)."""
+        assert buf.ring is not None
+        live = np.nonzero(np.ones(self.G, bool) if active is None else active)[0]
+        value = 0 if stage is None else self._index_values(self.eval(stage, 0, node), node, active)
+        value = np.broadcast_to(np.asarray(value, dtype=np.int64), (self.G,))[live]
+        return live, value % buf.ring.stages, value
+
+    def _ring_buffer(self, name: str, node: Any) -> _Buffer:
+        buf = self.buffer(name, node)
+        if buf.ring is None:
+            raise self.error(node, f"'{name}' is not loaded asynchronously: no async copy fills it")
+        return buf
+
+    def _sync(self, stmt: Any, active: np.ndarray | None):
+        """Acquire / Wait / Release (a generator: yields _Blocked until it can go on)."""
+        buf = self._ring_buffer(stmt.buffer, stmt)
+        ring = buf.ring
+        assert ring is not None
+        live, slot, stage = self._slots(buf, stmt.stage, active, stmt)
+        if not live.size:
+            return
+        if isinstance(stmt, ast.Acquire):
+            while not np.all(ring.acquired[live, slot] == ring.released[live, slot]):
+                bad = int(np.argmax(ring.acquired[live, slot] != ring.released[live, slot]))
+                yield _Blocked(stmt, "acquire", int(stage[bad]), int(slot[bad]))
+            ring.acquired[live, slot] += 1
+        elif isinstance(stmt, ast.Wait):
+            while not np.all(ring.filled[live, slot] > ring.waited[live, slot]):
+                bad = int(np.argmax(ring.filled[live, slot] <= ring.waited[live, slot]))
+                yield _Blocked(stmt, "wait", int(stage[bad]), int(slot[bad]))
+            ring.waited[live, slot] += 1
+            ring.visible[slot, live] = ring.pending[slot, live]
+            ring.vis_rows[slot, live] = ring.pend_rows[slot, live]
+            if ring.vis_cols is not None:
+                ring.vis_cols[slot, live] = ring.pend_cols[slot, live]
+            ring.current[live] = slot
+            self._ring_view(buf)
+        else:
+            ring.released[live, slot] += 1
+            ring.visible[slot, live] = np.nan  # the producer may refill it at any time
+            self._ring_view(buf)
+            yield _PROGRESS
+
+    def _ring_view(self, buf: _Buffer) -> None:
+        """What the consumer reads of an async-loaded buffer: the slot it last waited for, per grid point."""
+        ring = buf.ring
+        assert ring is not None
+        points = np.arange(self.G)
+        cur = np.clip(ring.current, 0, None)
+        data = ring.visible[cur, points]
+        data[ring.current < 0] = np.nan
+        buf.data = data
+        buf.rows = ring.vis_rows[cur, points]
+        buf.cols = ring.vis_cols[cur, points] if ring.vis_cols is not None else None
+
+    def _async_copy(self, stmt: ast.Copy, src: _Buffer, dst: _Buffer, active: np.ndarray | None) -> None:
+        """The tile goes into the slot's pending copy; the consumer sees it from the matching Wait on."""
+        if dst.ring is None:
+            raise self.error(stmt, f"'{dst.name}' is not a shared buffer an async copy can fill")
+        ring = dst.ring
+        data, coords, _ = self._gather(src, stmt.src, dst, active, stmt)
+        live, slot, _stage = self._slots(dst, stmt.stage, active, stmt)
+        data = np.broadcast_to(data, (self.G, *dst.shape))
+        ring.pending[slot, live] = data[live]
+        ring.pend_rows[slot, live] = np.broadcast_to(coords[0], (self.G, dst.shape[0]))[live]
+        if ring.pend_cols is not None and len(coords) > 1:
+            ring.pend_cols[slot, live] = np.broadcast_to(coords[1], (self.G, dst.shape[1]))[live]
+        ring.filled[live, slot] += 1
+        self.charge(math.prod(data.shape), stmt)
+        n = live.size
+        elems = math.prod(dst.shape)
+        self.counter.add_bytes("global_read", elems * src.dtype.itemsize * n)
+        self.counter.add_bytes("shared_write", elems * dst.dtype.itemsize * n)
+        if n:
+            self.counter.globals_read.add(src.name)
 
     def _loop(self, loop: ast.ForLoop, active: np.ndarray | None) -> None:
         if loop.parallel:
@@ -384,7 +612,22 @@ class _Run:
         elements = self.G * math.prod(dims)
         self._array_cap(elements, stmt, f"'{stmt.name}' {list(dims)} over {self.G} grid points")
         self.charge(elements, stmt)
-        self.locals[stmt.name] = _Buffer(stmt.name, stmt.level, stmt.dtype, dims, np.full((self.G, *dims), np.nan))
+        buf = _Buffer(stmt.name, stmt.level, stmt.dtype, dims, np.full((self.G, *dims), np.nan))
+        if stmt.level is ast.Level.shared and (stmt.stages is not None or stmt.name in self.async_targets):
+            stages = 1 if stmt.stages is None else self._static_int(stmt.stages, stmt)
+            if stages < 1:
+                raise self.error(stmt, f"'{stmt.name}' has {stages} stages")
+            self._array_cap(2 * stages * elements, stmt, f"the {stages} stages of '{stmt.name}'")
+            G, S = self.G, stages
+            cols = (lambda: np.zeros((S, G, dims[1]), np.int64)) if len(dims) > 1 else (lambda: None)
+            buf.ring = _Ring(stages=S, visible=np.full((S, G, *dims), np.nan), pending=np.full((S, G, *dims), np.nan),
+                             vis_rows=np.zeros((S, G, dims[0]), np.int64), pend_rows=np.zeros((S, G, dims[0]), np.int64),
+                             vis_cols=cols(), pend_cols=cols(),
+                             acquired=np.zeros((G, S), np.int64), filled=np.zeros((G, S), np.int64),
+                             waited=np.zeros((G, S), np.int64), released=np.zeros((G, S), np.int64),
+                             current=np.full(G, -1, np.int64))
+            self._ring_view(buf)
+        self.locals[stmt.name] = buf
 
     def _write(self, buf: _Buffer, value: Any, active: np.ndarray | None, node: Any) -> None:
         value = np.asarray(value, dtype=np.float64)
@@ -415,6 +658,11 @@ class _Run:
             raise self.error(stmt, "a Copy from global to global")
         if stmt.scaled_to is not None and not (src.level is ast.Level.global_ and dst.level is ast.Level.shared):
             raise self.error(stmt, f"`as scaled {stmt.scaled_to.value}` converts only a load from global to shared")
+        if stmt.is_async:
+            if src.level is not ast.Level.global_ or dst.level is not ast.Level.shared:
+                raise self.error(stmt, "an async copy loads from global into shared memory")
+            self._async_copy(stmt, src, dst, active)
+            return
         if src.level is ast.Level.global_:
             data, coords, _ = self._gather(src, stmt.src, dst, active, stmt)
             self._write(dst, data, active, stmt)

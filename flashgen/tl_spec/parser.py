@@ -26,6 +26,7 @@ from flashgen.variant import DType, Norm, Variant
 
 GRAMMAR = r"""
 start: target | variant | params | kernel | end | for_loop | allocate | copy | gemm | osm | assign | reshape | let
+     | role | acquire | wait | release
 
 target: "Target" NAME "dtype" NAME ["accum" NAME] "head_dim" NUMBER
 variant: "Variant" vitem*
@@ -35,9 +36,9 @@ param: NAME "=" NUMBER
 kernel: "Kernel" NAME
 end: "end"
 for_loop: "for" NAME "in" [PARALLEL] "range" "(" expr ["," expr] ")"
-allocate: "Allocate" NAME "in" NAME ["shape" shape] ["dtype" NAME] ["offset" expr]
+allocate: "Allocate" NAME "in" NAME ["shape" shape] ["dtype" NAME] ["stages" expr] ["offset" expr]
 shape: "[" expr ("," expr)* "]"
-copy: "Copy" ref "from" NAME "to" NAME [ref] ["as" SCALED NAME]
+copy: "Copy" ref "from" NAME "to" NAME [ref] ["stage" expr] [ASYNC] ["as" SCALED NAME]
 ref: NAME [index] [TRANSPOSE]
 index: "[" item ("," item)* "]"
 item: expr             -> point
@@ -47,6 +48,10 @@ osm: "Compute" "OnlineSoftmax" NAME ["with" MAX NAME "," "sum" NAME ["and" "resc
 assign: "Compute" NAME "=" expr
 reshape: "Reshape" NAME "into" NAME
 let: "Let" NAME "=" expr
+role: "Role" NAME ["warps" expr]
+acquire: "Acquire" NAME ["stage" expr]
+wait: "Wait" NAME ["stage" expr]
+release: "Release" NAME ["stage" expr]
 
 ?expr: or_expr
 ?or_expr: and_expr | or_expr "or" and_expr         -> or_op
@@ -76,6 +81,7 @@ PARALLEL: "parallel"
 MAX: "max"
 GET: "get"
 SCALED: "scaled"
+ASYNC: "async"
 ACCUMULATE: "accumulate"
 TRANSPOSE: "^T"
 NAME: /[A-Za-z_][A-Za-z0-9_]*/
@@ -98,13 +104,17 @@ FORMS = {
                " | Compute S_r = S_r * scale * log2e",
     "Reshape": "Reshape S_r into P_r",
     "Let": "Let q0 = m_blk * BLOCK_M",
+    "Role": "Role producer warps 4  or  Role consumer warps WARPS (sm_90), closed by `end`",
+    "Acquire": "Acquire K_s stage n_blk (producer, before the async Copy into that stage)",
+    "Wait": "Wait K_s stage n_blk  or  Wait Q_s (consumer, before the first read)",
+    "Release": "Release K_s stage n_blk (consumer, after the last read)",
 }
 KEYWORDS = tuple(FORMS)
 
 _TERMINAL_WORDS = {
     "NAME": "a name", "NUMBER": "a number", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('",
     "RPAR": "')'", "COMMA": "','", "COLON": "':'", "EQUAL": "'='", "TRANSPOSE": "'^T'", "GET": "'get'",
-    "ACCUMULATE": "'accumulate'", "SCALED": "'scaled'", "LESSTHAN": "'<'", "MORETHAN": "'>'", "STAR": "'*'", "SLASH": "'/'",
+    "ACCUMULATE": "'accumulate'", "SCALED": "'scaled'", "ASYNC": "'async'", "LESSTHAN": "'<'", "MORETHAN": "'>'", "STAR": "'*'", "SLASH": "'/'",
     "PERCENT": "'%'",
     "PARALLEL": "'parallel'", "MAX": "'max'", "$END": "end of line", "MINUS": "'-'", "PLUS": "'+'",
 }
@@ -229,14 +239,41 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def allocate(self, meta, items):
-        name, level, shape, dtype, offset = items
-        return ("stmt", ("allocate", name, level, shape, dtype, offset), ast.Loc(line=self.line_no, col=meta.column))
+        name, level, shape, dtype, stages, offset = items
+        return ("stmt", ("allocate", name, level, shape, dtype, stages, offset),
+                ast.Loc(line=self.line_no, col=meta.column))
 
     @v_args(meta=True)
     def copy(self, meta, items):
-        src, src_level, dst_level, dst, _scaled_keyword, scaled_to = items
-        return ("stmt", ("copy", src, src_level, dst_level, dst, scaled_to),
+        src, src_level, dst_level, dst, stage, is_async, _scaled_keyword, scaled_to = items
+        return ("stmt", ("copy", src, src_level, dst_level, dst, stage, is_async is not None, scaled_to),
                 ast.Loc(line=self.line_no, col=meta.column))
+
+    @v_args(meta=True)
+    def role(self, meta, items):
+        name, warps = items
+        loc = ast.Loc(line=self.line_no, col=meta.column)
+        if str(name) not in ("producer", "consumer"):
+            raise _Diag(name.column, f"unknown role '{name}'", "a role is the producer (loads) or the consumer "
+                                                                "(computes): " + FORMS["Role"])
+        return ("open", ast.Role(role=str(name), warps=warps, loc=loc), loc)
+
+    def _sync(self, meta, items, cls):
+        name, stage = items
+        loc = ast.Loc(line=self.line_no, col=meta.column)
+        return ("stmt", cls(buffer=str(name), stage=stage, loc=loc), loc)
+
+    @v_args(meta=True)
+    def acquire(self, meta, items):
+        return self._sync(meta, items, ast.Acquire)
+
+    @v_args(meta=True)
+    def wait(self, meta, items):
+        return self._sync(meta, items, ast.Wait)
+
+    @v_args(meta=True)
+    def release(self, meta, items):
+        return self._sync(meta, items, ast.Release)
 
     @v_args(meta=True)
     def gemm(self, meta, items):
@@ -463,18 +500,19 @@ def parse(text: str, filename: str = "<tl>") -> ast.Program:
                 emit(ast.ComputeOnlineSoftmax(scores=payload, max="m", sum="l", rescale=None, loc=loc))
             else:
                 if isinstance(payload, tuple) and payload[0] == "allocate":
-                    _, name, level, shape, dtype, offset = payload
+                    _, name, level, shape, dtype, stages, offset = payload
                     payload = ast.Allocate(name=str(name), level=_level(level), shape=shape, dtype=_dtype(dtype),
-                                           offset=offset, loc=loc)
+                                           stages=stages, offset=offset, loc=loc)
                 elif isinstance(payload, tuple) and payload[0] == "copy":
-                    _, src, src_level, dst_level, dst, scaled_to = payload
+                    _, src, src_level, dst_level, dst, stage, is_async, scaled_to = payload
                     payload = ast.Copy(src=src, src_level=_level(src_level), dst_level=_level(dst_level), dst=dst,
-                                       scaled_to=_dtype(scaled_to), loc=loc)
+                                       stage=stage, is_async=is_async, scaled_to=_dtype(scaled_to), loc=loc)
                 emit(payload)
         except _Diag as d:
             diag(line_no, d.col, d.message, d.hint)
     for node in reversed(stack):
-        what = f"Kernel {node.name}" if isinstance(node, ast.Kernel) else f"for {node.var}"
+        what = f"Kernel {node.name}" if isinstance(node, ast.Kernel) else \
+            f"Role {node.role}" if isinstance(node, ast.Role) else f"for {node.var}"
         line = node.loc.line if node.loc else 1
         diag(line, node.loc.col if node.loc else 1, f"`{what}` opened here has no `end` (truncated file?)",
              "close every for/Kernel block with `end`")

@@ -94,6 +94,8 @@ def format_statement(stmt: Any, depth: int = 0) -> list[str]:
             text += f" shape [{', '.join(format_expr(e) for e in stmt.shape)}]"
         if stmt.dtype is not None:
             text += f" dtype {stmt.dtype.value}"
+        if stmt.stages is not None:
+            text += f" stages {format_expr(stmt.stages)}"
         if stmt.offset is not None:
             text += f" offset {format_expr(stmt.offset)}"
         return [pad + text]
@@ -101,6 +103,10 @@ def format_statement(stmt: Any, depth: int = 0) -> list[str]:
         text = f"Copy {format_ref(stmt.src)} from {stmt.src_level.value} to {stmt.dst_level.value}"
         if stmt.dst is not None:
             text += f" {format_ref(stmt.dst)}"
+        if stmt.stage is not None:
+            text += f" stage {format_expr(stmt.stage)}"
+        if stmt.is_async:
+            text += " async"
         if stmt.scaled_to is not None:
             text += f" as scaled {stmt.scaled_to.value}"
         return [pad + text]
@@ -118,6 +124,12 @@ def format_statement(stmt: Any, depth: int = 0) -> list[str]:
         return [f"{pad}Reshape {stmt.src} into {stmt.dst}"]
     if isinstance(stmt, ast.Let):
         return [f"{pad}Let {stmt.name} = {format_expr(stmt.value)}"]
+    if isinstance(stmt, ast.Role):
+        head = f"{pad}Role {stmt.role}" + (f" warps {format_expr(stmt.warps)}" if stmt.warps is not None else "")
+        return [head, *_body(stmt.body, depth + 1), f"{pad}end"]
+    if isinstance(stmt, ast.SYNC_TYPES):
+        stage = f" stage {format_expr(stmt.stage)}" if stmt.stage is not None else ""
+        return [f"{pad}{type(stmt).__name__} {stmt.buffer}{stage}"]
     raise TypeError(f"not a TL statement: {type(stmt).__name__}")
 
 

@@ -22,6 +22,12 @@ What it looks for in the one kernel holding the GEMMs (a second kernel is allowe
   giving p = g(s);
 - `Reshape S into P`, `Compute GEMM P, V and accumulate O`;
 - the epilogue after the loop (O / l and the LSE), checked by running it on sample rows.
+
+A program in the Hopper dataflow (Role blocks: a producer loading Q once and K/V into rings of stages, a consumer
+computing; docs/llm-tl.md) is read by backends/sm90/dataflow.py: its roles give the plan's stages (the rings' depth)
+and warps (the consumer's), and the same computation in the plain dataflow is lowered as above. It is translated by
+a path with `role_dataflow` (sm90); pinned to another path (`backend=`), its roles are flattened, with a note. A
+program without roles goes to the target's plain path (on sm_90 the sm80 path, mma.sync and cp.async), with a note.
 """
 
 from __future__ import annotations
@@ -52,7 +58,8 @@ from flashgen.translators.cexpr import (
     substitute,
     to_poly,
 )
-from flashgen.translators.backends import backend_for, get_backend
+from flashgen.translators.backends import BACKENDS, backend_for, get_backend
+from flashgen.translators.backends.sm90 import dataflow as hopper
 from flashgen.translators.plan import (
     KernelPlan,
     Normalization,
@@ -262,6 +269,15 @@ class _Lowering:
             self.notes.append(f"the program was written for {decl.arch}; translated for {self.arch}")
         self.dtype, self.head_dim = decl.dtype, decl.head_dim
         chosen = backend_for(self.target, self.variant, self.dtype) if not self.backend_name else self.backend
+        self.flow: hopper.HopperDataflow | None = None
+        if ast.role_program(prog):
+            chosen, prog = self.read_roles(prog, chosen)
+        elif chosen.role_dataflow and not self.backend_name:
+            plain = backend_for(self.target, self.variant, self.dtype, roles=False)
+            self.notes.append(f"the program has no Role blocks (the Hopper dataflow, docs/llm-tl.md): the {plain.name} "
+                              f"path translates it on {self.arch}; the {chosen.name} path takes programs written "
+                              f"with a producer and a consumer role")
+            self.backend = chosen = plain
         if not chosen.accepts(self.variant, self.dtype):
             raise self.fail(decl, f"the {chosen.name} path does not take {self.dtype.value}"
                                   f"{' split-KV' if self.variant.split_kv else ''}")
@@ -270,6 +286,7 @@ class _Lowering:
                               f"{self.backend.name} path does not take it; translated by the {chosen.name} path")
             self.backend = chosen
         self.params = dict(prog.params)
+        self.program = prog
         self.shapes = {s.name: len(s.shape or []) for s in prog.statements() if isinstance(s, ast.Allocate)}
         self.levels = {s.name: s.level for s in prog.statements() if isinstance(s, ast.Allocate)}
 
@@ -278,6 +295,11 @@ class _Lowering:
         loop = self.key_loop
         self.walk_pre()
         self.walk_loop(loop)
+        if self.flow is not None and self.backend.role_dataflow:
+            try:
+                hopper.gemm_operands(self.flow, *self.gemms, self.levels)
+            except hopper.DataflowError as exc:
+                raise self.fail(exc.node, exc.message) from None
         steps = self.classify_chain()
         mods, prologue, visible_conds, norm, p_conds = self.lower_chain(steps)
         visible_conds += p_conds
@@ -285,6 +307,32 @@ class _Lowering:
         begin, end = self.tile_range(loop)
         write_lse = self.epilogue()
         return self.build_plan(name, mods, prologue, visible, mask_tile, norm, write_lse, begin, end)
+
+    # ------------------------------------------------------------------ the Hopper dataflow
+    def read_roles(self, prog: ast.Program, chosen: Any) -> tuple[Any, ast.Program]:
+        """A program with Role blocks: its dataflow (self.flow) and the same computation in the plain dataflow."""
+        kernel = next((k for k in prog.kernels if any(isinstance(s, ast.ComputeGemm) for s in _walk(k.body))), None)
+        if kernel is None:
+            raise UnsupportedConstruct("the program has no Kernel holding the GEMMs")
+        first = next(iter(prog.roles), kernel)
+        if not chosen.role_dataflow:
+            if not self.backend_name:
+                paths = [b for b in BACKENDS if b.role_dataflow]
+                why = (f"which does not take {self.dtype.value}{' split-KV' if self.variant.split_kv else ''}"
+                       if any(b.supports(self.target) for b in paths) else
+                       f"and {self.target.name} ({self.arch}) has none")
+                raise self.fail(first, f"Role blocks (the Hopper dataflow) are translated by a warp-specialized path "
+                                       f"({', '.join(b.name for b in paths)}), {why}: write the program without roles")
+        try:
+            flow, flat = hopper.read(prog, kernel)
+        except hopper.DataflowError as exc:
+            raise self.fail(exc.node, exc.message) from None
+        if not chosen.role_dataflow:
+            self.notes.append(f"the Role blocks (Hopper dataflow) are flattened for the {chosen.name} path: its own "
+                              "loads and barriers replace the roles' handshakes (the same computation)")
+        else:
+            self.flow = flow
+        return chosen, flat
 
     # ------------------------------------------------------------------ structure
     def attention_kernel(self) -> ast.Kernel:
@@ -498,6 +546,7 @@ class _Lowering:
             raise self.fail(pv, "the second GEMM must be `Compute GEMM P, V_tile and accumulate O`")
         if not pv.accumulate:
             raise self.fail(pv, f"`... and get {pv.out}` restarts the output every key tile: use `and accumulate`")
+        self.gemms = (qk, pv)
         if order[0] is not qk:
             raise self.fail(order[0], "a Compute before the Q K^T GEMM in the key loop is not supported")
         after_pv = [s for s in order[order.index(pv) + 1:]]
@@ -1159,6 +1208,19 @@ class _Lowering:
         except CExprError as exc:
             raise self.from_cexpr(exc, stmt) from None
 
+    def role_params(self, params: dict[str, int]) -> None:
+        """The Hopper dataflow decides the ring's depth (the staged allocations) and the warps (the consumer's)."""
+        try:
+            stages = hopper.check(self.flow, params["BLOCK_M"], self.arch)
+        except hopper.DataflowError as exc:
+            raise self.fail(exc.node, exc.message) from None
+        for key, value, what in (("STAGES", stages, "the K/V rings have"), ("WARPS", self.flow.consumer_warps,
+                                                                             "the consumer role has")):
+            if key in self.params and self.params[key] != value:
+                self.notes.append(f"Params {key} = {self.params[key]} but {what} {value}: the kernel uses {value}")
+            params[key] = value
+        self.params = {**self.params, "STAGES": stages, "WARPS": self.flow.consumer_warps}
+
     # ------------------------------------------------------------------ the plan
     def build_plan(self, name, mods, prologue, visible, mask_tile, norm, write_lse, begin, end) -> KernelPlan:
         from flashgen.translators.params import TILE_KEYS, choose_params
@@ -1167,6 +1229,8 @@ class _Lowering:
         defaults = choose_params(self.variant, self.target, self.dtype, self.head_dim, tuned=False,
                                  backend=self.backend.name)
         params = {**defaults, **{k: v for k, v in self.params.items() if k in TILE_KEYS}}
+        if self.flow is not None:
+            self.role_params(params)
         deepest = self.backend.max_stages
         if not 1 <= params["STAGES"] <= deepest:
             self.notes.append(f"STAGES={params['STAGES']}: the {self.arch} translator buffers K and V at most "
@@ -1198,8 +1262,9 @@ class _Lowering:
 def _walk(stmts: list[Any]):
     for s in stmts:
         yield s
-        if isinstance(s, (ast.ForLoop, ast.Kernel)):
+        if isinstance(s, ast.BLOCK_TYPES):
             yield from _walk(s.body)
+
 
 
 # --------------------------------------------------------------------------- public API

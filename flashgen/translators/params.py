@@ -1,8 +1,9 @@
 """Tile parameters (BLOCK_M, BLOCK_N, WARPS, STAGES, Q_IN_REGS) and the launch order (GROUP_HEADS) per target,
 dtype, head dim and variant.
 
-Sources, in order: a tuned file (flashgen/translators/tuned/<gpu>.json, written by `flashgen tune --write`
-after a timed search on that GPU, keyed by dtype, variant and head dim); the target's backend's `measured` table
+Sources, in order: a tuned file (the user's, `flashgen.paths.config_dir()/tuned/<gpu>.json`, written by `flashgen tune
+--write` after a timed search on that GPU, then the packaged flashgen/translators/tuned/<gpu>.json; keyed by dtype,
+variant and head dim); the target's backend's `measured` table
 (values from manual sweeps on a GPU, keyed by arch, dtype, head dim and launch order); its `defaults`
 (spill-checked starting points, keyed by dtype and head dim); GROUP_HEADS (the launch order) follows
 `default_group_heads` where a source is silent; otherwise a small model: candidates that fit the target's per-block
@@ -128,12 +129,27 @@ def tuned_key(dtype: DType, variant: Variant, head_dim: int) -> str:
     return f"{dtype.value}/{variant.name}/d{head_dim}"
 
 
+def user_tuned_dir() -> Path:
+    """Where `flashgen tune --write` stores winners: the user's config folder (FLASHGEN_HOME wins), never the
+    installed package."""
+    from flashgen.paths import config_dir
+
+    return config_dir() / "tuned"
+
+
+def tuned_dirs(directory: Path | None = None) -> list[Path]:
+    """The tuned folders read, first match wins: `directory` alone when given, else the user's then the package's."""
+    return [directory] if directory is not None else [user_tuned_dir(), TUNED_DIR]
+
+
 def tuned_path(gpu: str, directory: Path | None = None) -> Path:
-    return (directory or TUNED_DIR) / f"{gpu}.json"
+    """The tuned file of `gpu` in `directory` (default: the user's folder, where --write stores it)."""
+    return (directory or user_tuned_dir()) / f"{gpu}.json"
 
 
 def load_tuned(gpu: str, directory: Path | None = None) -> TunedFile:
-    """The tuned file of `gpu` (empty when there is none); a damaged file is a one-line UsageError."""
+    """The tuned file of `gpu` in `directory` (default: the user's; empty when there is none); a damaged file is a
+    one-line UsageError naming it."""
     path = tuned_path(gpu, directory)
     if not path.is_file():
         return TunedFile(gpu=gpu)
@@ -144,10 +160,25 @@ def load_tuned(gpu: str, directory: Path | None = None) -> TunedFile:
 
 
 def save_tuned(tuned: TunedFile, directory: Path | None = None) -> Path:
+    """Write the tuned file (default: the user's folder) atomically; never into the installed package."""
+    import os
+    import tempfile
+
     path = tuned_path(tuned.gpu, directory)
+    package = Path(__file__).resolve().parents[1]
+    if path.resolve().is_relative_to(package):
+        raise UsageError(f"{path}: tuned files are not written into the installed package; the user's folder is "
+                         f"{user_tuned_dir()}")
     path.parent.mkdir(parents=True, exist_ok=True)
     ordered = tuned.model_copy(update={"entries": dict(sorted(tuned.entries.items()))})
-    path.write_text(ordered.model_dump_json(indent=2) + "\n")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(ordered.model_dump_json(indent=2) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -189,10 +220,10 @@ def choose_params_with_source(variant: Variant, target: Target | str, dtype: DTy
     def fits(found: dict[str, int]) -> bool:
         return _smem(found["BLOCK_M"], found["BLOCK_N"], head_dim, itemsize, found.get("STAGES", 1)) <= limit
 
-    if gpu is not None:
-        entry = load_tuned(gpu, tuned_dir).entries.get(tuned_key(dtype, variant, head_dim))
+    for directory in tuned_dirs(tuned_dir) if gpu is not None else []:  # the user's file over the package's
+        entry = load_tuned(gpu, directory).entries.get(tuned_key(dtype, variant, head_dim))
         if entry is not None and entry.arch == arch and fits(entry.params):
-            path = tuned_path(gpu, tuned_dir)
+            path = tuned_path(gpu, directory)
             where = f"flashgen/translators/tuned/{path.name}" if path.parent == TUNED_DIR else str(path)
             return ParamsChoice(params=_with_schedule(entry.params, variant), source="tuned",
                                 detail=f"{where} [{tuned_key(dtype, variant, head_dim)}]: {entry.geomean_ms:.4g} ms "
@@ -217,4 +248,4 @@ def choose_params(variant: Variant, target: Target | str, dtype: DType, head_dim
 
 __all__ = ["TILE_KEYS", "ModelScore", "ParamsChoice", "TunedEntry", "TunedFile", "choose_params",
            "choose_params_with_source", "default_group_heads", "estimate_registers", "launch_order", "load_tuned",
-           "model_params", "model_score", "save_tuned", "tuned_key", "tuned_path"]
+           "model_params", "model_score", "save_tuned", "tuned_dirs", "tuned_key", "tuned_path", "user_tuned_dir"]

@@ -162,10 +162,14 @@ def translate_with_params(variant: Variant, target, dtype: DType, head_dim: int,
     flashgen.translators' Translation."""
     from flashgen.tl_spec import library, parse
     from flashgen.translators import translate
+    from flashgen.translators.backends import get_backend
 
     target = resolve_target(target)
     dtype = DType(getattr(dtype, "value", dtype))
-    tl = library.render(variant, dtype=dtype, arch=target.arch, params=params, head_dim=head_dim, form="full")
+    # a pinned path gets the program in its own dataflow (the Hopper form with Role blocks for sm90, else the plain one)
+    roles = None if backend is None else get_backend(backend).role_dataflow
+    tl = library.render(variant, dtype=dtype, arch=target.arch, params=params, head_dim=head_dim, form="full",
+                        roles=roles)
     return translate(parse(tl, "kernel.tl"), target, name=kernel_name(variant, dtype, head_dim, target.arch, params),
                      backend=backend)
 

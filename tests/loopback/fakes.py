@@ -60,9 +60,6 @@ class FakeEnvironment(Environment):
     def tl_reference() -> str:
         return "LLM-TL REFERENCE (fake)"
 
-    def primitives_doc(self, target, dtype) -> str:
-        return "PRIMITIVES (fake)"
-
     def worked_example(self, target, dtype, head_dim):
         return full_tl(), cuda(), manifest(Variant(causal=True))
 

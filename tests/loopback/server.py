@@ -1,6 +1,9 @@
 """A loopback HTTP server that speaks the OpenAI chat-completions and Anthropic messages wire formats
-and replays a script: replies (text), or statuses (429 with Retry-After, 500, ...). The real SDKs are
-pointed at it, so the tests drive the same HTTP code paths as production."""
+and replays a script: replies (text), or statuses (429 with Retry-After, 500, ...), or a fault: `hang`
+(read the request, never answer), `invalid_json` (200 with a body that is not JSON); a huge reply is a
+long `text`. `default` is what it answers once the script is empty (HTTP 500 unless set; `Scripted(hang=True)`
+makes a server that never answers). The real SDKs are pointed at it, so the tests drive the same HTTP code
+paths as production. Usable from another process too (`python -m tests.loopback.server MODE` prints its port)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,11 @@ class Scripted:
     headers: dict[str, str] = field(default_factory=dict)
     input_tokens: int = 11
     output_tokens: int = 7
+    hang: bool = False  # never answer (until the server stops; at most HANG_S)
+    invalid_json: bool = False  # HTTP 200, content-type JSON, a body that is not JSON
+
+
+HANG_S = 600.0
 
 
 @dataclass
@@ -30,8 +38,10 @@ class Seen:
 
 
 class LoopbackServer:
-    def __init__(self) -> None:
+    def __init__(self, default: Scripted | None = None) -> None:
         self.script: deque[Scripted] = deque()
+        self.default = default or Scripted(status=500, text="script empty")
+        self._stopping = threading.Event()
         self.seen: list[Seen] = []
         self._lock = threading.Lock()
         server = self
@@ -45,7 +55,19 @@ class LoopbackServer:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with server._lock:
                     server.seen.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                    entry = server.script.popleft() if server.script else Scripted(status=500, text="script empty")
+                    entry = server.script.popleft() if server.script else server.default
+                if entry.hang:
+                    server._stopping.wait(HANG_S)
+                    self.close_connection = True
+                    return
+                if entry.invalid_json:
+                    data = b'{"id": "chatcmpl-loopback", "choices": [ {"message": '  # cut off: not JSON
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if self.path.endswith("/chat/completions"):
                     payload = _openai(entry, body)
                 elif self.path.endswith("/messages"):
@@ -64,6 +86,7 @@ class LoopbackServer:
                 self.wfile.write(data)
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
@@ -84,6 +107,7 @@ class LoopbackServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -105,3 +129,15 @@ def _anthropic(entry: Scripted, body: dict[str, Any]) -> dict[str, Any]:
             "content": [{"type": "text", "text": _text(entry, body) if entry.status == 200 else ""}],
             "stop_reason": "end_turn", "stop_sequence": None,
             "usage": {"input_tokens": entry.input_tokens, "output_tokens": entry.output_tokens}}
+
+
+if __name__ == "__main__":  # a server for another process: python -m tests.loopback.server hang|500|invalid-json
+    import sys
+    import time
+
+    mode = sys.argv[1] if len(sys.argv) > 1 else "hang"
+    default = {"hang": Scripted(hang=True), "500": Scripted(status=500),
+               "invalid-json": Scripted(invalid_json=True)}[mode]
+    with LoopbackServer(default) as running:
+        print(running.port, flush=True)
+        time.sleep(HANG_S)

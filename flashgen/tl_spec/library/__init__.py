@@ -26,6 +26,8 @@ Form = Literal["full", "sketch"]
 #: default tile parameters of the committed programs (sm_80, fp16, head dim 64)
 DEFAULT_PARAMS: dict[str, int] = {"BLOCK_M": 64, "BLOCK_N": 64, "WARPS": 4, "STAGES": 2}
 DECODE_PARAMS: dict[str, int] = {"BLOCK_M": 16, "BLOCK_N": 64, "WARPS": 1, "STAGES": 2, "SPLITS": 4}
+#: the Hopper dataflow's defaults (sm_90): two consumer warpgroups of 64 query rows, a ring of two K/V stages
+HOPPER_PARAMS: dict[str, int] = {"BLOCK_M": 128, "BLOCK_N": 128, "WARPS": 8, "STAGES": 2}
 DEFAULT_HEAD_DIM = 64
 
 #: the committed programs: name -> variant
@@ -55,31 +57,38 @@ def default_params(variant: Variant) -> dict[str, int]:
 
 def render(variant: Variant, *, dtype: DType | str = DType.fp16, arch: str = "sm_80",
            params: dict[str, int] | None = None, form: Form = "full", head_dim: int = DEFAULT_HEAD_DIM,
-           name: str | None = None, explicit_softmax: bool = False) -> str:
+           name: str | None = None, explicit_softmax: bool = False, roles: bool | None = None) -> str:
     """LLM-TL text computing `variant`, in canonical form (parsed and re-printed).
 
     `params` must hold BLOCK_M and BLOCK_N (split-KV also SPLITS, 4 when absent); other entries (WARPS,
     STAGES, ...) are carried into the Params line. `explicit_softmax` writes the online softmax as explicit steps
-    instead of the OnlineSoftmax composite."""
-    from flashgen.targets import tensor_cores_take
+    instead of the OnlineSoftmax composite. `roles`: the Hopper dataflow (Role blocks, staged async copies,
+    docs/llm-tl.md); by default where the arch's warp-specialized kernel takes the dtype and variant
+    (flashgen.targets.writes_role_dataflow: sm_90 fp16/bf16 without split-KV), else the plain form."""
+    from flashgen.targets import ROLE_DATAFLOW, role_dataflow, tensor_cores_take, writes_role_dataflow
     from flashgen.tl_spec.parser import parse
     from flashgen.tl_spec.printer import format_program, format_variant
 
     if form not in ("full", "sketch"):
         raise UsageError(f"unknown TL form {form!r}: expected 'full' or 'sketch'")
-    params = default_params(variant) if params is None else dict(params)
+    dtype = DType(dtype)
+    hopper = writes_role_dataflow(arch, dtype, variant.split_kv) if roles is None else roles
+    params = (dict(HOPPER_PARAMS) if hopper else default_params(variant)) if params is None else dict(params)
     if variant.split_kv:
         params.setdefault("SPLITS", DECODE_PARAMS["SPLITS"])
     needed = {"BLOCK_M", "BLOCK_N"}
     if missing := sorted(needed - set(params)):
         raise UsageError(f"params lack {', '.join(missing)} (needed by the {variant.name} template)")
-    dtype = DType(dtype)
     softmax = variant.norm is Norm.softmax
+    flow = role_dataflow(arch)
+    if hopper and (flow is None or variant.split_kv):
+        raise UsageError(f"the Hopper dataflow (Role blocks) is written for {', '.join(ROLE_DATAFLOW)} without "
+                         f"split-KV; not for {arch}{' split-KV' if variant.split_kv else ''}")
     text = _env().get_template("attention.tl.j2").render(
         v=variant, dtype=dtype.value, arch=arch, head_dim=head_dim, params=params, full=form == "full",
         kv="h // KV_GROUP" if variant.kv_group > 1 else "h", lse=variant.return_lse, softmax=softmax,
         variant_line=format_variant(variant), name=name or variant.name, explicit_softmax=explicit_softmax,
-        scaled=not tensor_cores_take(arch, dtype))
+        scaled=not tensor_cores_take(arch, dtype), hopper=hopper, producer_warps=flow.producer_warps if flow else 0)
     return format_program(parse(text, filename=f"<{name or variant.name}.{form}.tl>"))
 
 

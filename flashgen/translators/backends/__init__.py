@@ -23,11 +23,13 @@ BACKENDS: tuple[Backend, ...] = (
 )
 
 
-def backend_for(target: Target, variant=None, dtype=None) -> Backend:
+def backend_for(target: Target, variant=None, dtype=None, roles: bool | None = None) -> Backend:
     """The backend that translates for `target` (the one place a code path is chosen): the first that supports the
-    target and accepts the variant and dtype where they are given (fp32 or split-KV on sm_90: the sm80 path)."""
+    target and accepts the variant and dtype where they are given (fp32 or split-KV on sm_90: the sm80 path), and,
+    where `roles` is given, translates that dataflow (True: the Hopper dataflow's Role blocks; False: the plain one)."""
     for backend in BACKENDS:
-        if backend.supports(target) and backend.accepts(variant, dtype):
+        if backend.supports(target) and backend.accepts(variant, dtype) \
+                and (roles is None or backend.role_dataflow == roles):
             return backend
     raise UsageError(f"no translator backend for {target.name} ({target.arch}); backends: "
                      + ", ".join(f"{b.name} ({', '.join(b.archs)})" for b in BACKENDS))

@@ -92,6 +92,9 @@ class Backend:
     search_space: ClassVar[SearchSpace] = SearchSpace()
     #: True where the backend renders its kernels itself (`render`) instead of through the shared skeleton
     own_renderer: ClassVar[bool] = False
+    #: True where it translates programs written in the Hopper dataflow (Role blocks, docs/llm-tl.md) and only those
+    #: (a program without roles goes to the target's next path); False: the plain dataflow
+    role_dataflow: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ where it lives
     @property
@@ -116,6 +119,10 @@ class Backend:
         """Whether this path implements the variant in the dtype (either None: not known yet). A target's first
         backend that does not is passed over for the next one that supports the target (backend_for)."""
         return True
+
+    def choice_note(self, target: Target) -> str:
+        """Why this path translates for `target` (meta.json's code_path): by default, it is the target's only one."""
+        return f"the {self.name} path is the translator's path for {target.arch}"
 
     def validate(self, plan: KernelPlan) -> None:
         """Raise UsageError for a plan this path cannot render (beyond stages and shared memory)."""

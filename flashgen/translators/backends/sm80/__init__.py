@@ -1,4 +1,5 @@
-"""The sm80 backend: the mma.sync path of Ampere, Ada and (until an sm90 backend takes it) Hopper.
+"""The sm80 backend: the mma.sync path of Ampere and Ada, and on Hopper what the sm90 path does not take (fp32,
+split-KV decode, a program written without the Hopper dataflow).
 
 mma.sync m16n8k16 for fp16/bf16 and m16n8k8 tf32 for fp32 inputs, ldmatrix fragments, cp.async tile loads
 (`tile_loader` in include/flashgen/sm80.cuh: issue() commits one cp.async group, land() waits for them). STAGES=1
@@ -48,6 +49,11 @@ class Sm80Backend(Backend):
 
     #: the shared memory per SM the occupancy model counts at most (sm_80's 164 KB; see model_smem_per_sm)
     MODEL_SMEM_PER_SM_CAP = 164 << 10
+
+    def choice_note(self, target: Target) -> str:
+        if target.arch == "sm_90":
+            return "the sm80 (mma.sync) path on sm_90: the Hopper path does not take this kernel (see the next note)"
+        return super().choice_note(target)
 
     def model_smem_per_sm(self, target: Target) -> int:
         # The model has always counted 164 KB per SM on sm_90 as well, though an H100/H200 has 228 KB

@@ -1,15 +1,18 @@
 """The sm90 backend: Hopper's own path (H100, H200): TMA, wgmma and warp specialization (sm_90a).
 
-A producer warpgroup (one thread issuing `cp.async.bulk.tensor` loads that complete on mbarriers) feeds a ring of
-STAGES 128-byte-swizzled K/V stages; consumer warpgroups of 64 query rows each run S = Q K^T with both operands in
-shared memory and O += P V with P from registers (kernel.py, templates/attention_fwd.cu.j2, the primitives in
-include/flashgen/sm90.cuh). It takes fp16 and bf16; fp32 (tf32) and split-KV decode stay on the sm80 path, which
-`accepts` says and the lowering notes.
+A persistent grid (one CTA per SM walking the work tiles): a producer warpgroup (one thread issuing
+`cp.async.bulk.tensor` loads that complete on mbarriers) feeds a ring of STAGES 128-byte-swizzled K/V stages and
+runs on into the next work tile; consumer warpgroups of 64 query rows each run S = Q K^T with both operands in
+shared memory and O += P V with P from registers, the next tile's S issued before this one's P V (kernel.py,
+templates/attention_fwd.cu.j2, the primitives in include/flashgen/sm90.cuh). It takes fp16 and bf16; fp32 (tf32) and split-KV decode stay on the sm80 path, which
+`accepts` says and the lowering notes. It translates programs written in the Hopper dataflow (Role blocks, staged
+async copies: docs/llm-tl.md); their roles, warps and stages are read and checked by dataflow.py. What the kernel
+implements (stages, dtypes, warps per role) is flashgen.targets.ROLE_DATAFLOW["sm_90"].
 """
 
 from __future__ import annotations
 
-from flashgen.targets import Target
+from flashgen.targets import Target, role_dataflow
 from flashgen.translators.backends.base import Backend, SearchSpace
 from flashgen.translators.backends.sm90 import kernel
 from flashgen.translators.plan import KernelPlan
@@ -21,10 +24,15 @@ def _p(bm: int, bn: int, stages: int = 2) -> dict[str, int]:
     return {"BLOCK_M": bm, "BLOCK_N": bn, "WARPS": bm // 16, "STAGES": stages, "Q_IN_REGS": 1}
 
 
+_FLOW = role_dataflow("sm_90")
+assert _FLOW is not None
+
+
 class Sm90Backend(Backend):
     name = "sm90"
     archs = ("sm_90",)
-    max_stages = 3
+    max_stages = _FLOW.max_stages
+    role_dataflow = True
     mma_instructions = {"fp16": "wgmma.mma_async.sync.aligned.m64n256k16 (m64nNk16, N = BLOCK_N and D)",
                         "bf16": "wgmma.mma_async.sync.aligned.m64n256k16 (m64nNk16, N = BLOCK_N and D)"}
     arch_header = "sm90.cuh"
@@ -44,8 +52,14 @@ class Sm90Backend(Backend):
                                q_in_regs=(1,), group_heads=(1, 0))
 
     def accepts(self, variant: Variant | None, dtype: DType | None) -> bool:
-        """fp16/bf16 without split-KV; the rest stays on the sm80 path."""
-        return (dtype is None or DType(dtype) in (DType.fp16, DType.bf16)) and not (variant and variant.split_kv)
+        """fp16/bf16 without split-KV (flashgen.targets.ROLE_DATAFLOW); the rest stays on the sm80 path."""
+        return (dtype is None or DType(dtype).value in _FLOW.dtypes) \
+            and not (variant and variant.split_kv and not _FLOW.split_kv)
+
+    def choice_note(self, target: Target) -> str:
+        # the measurement behind the choice: docs/performance.md ("sm_80 path beside the sm_90 path")
+        return (f"the Hopper path, taken on {target.arch} for fp16/bf16: measured faster than the sm80 path on every "
+                "shape of the Hopper grid on the H200 (docs/performance.md)")
 
     def compile_arch(self, target: Target) -> str:
         return target.feature_arch or "sm_90a"

@@ -29,7 +29,8 @@ _CTYPE = {DType.fp16: "fg::f16", DType.bf16: "fg::bf16"}
 PRODUCER_REGS = 24
 CONSUMER_REGS = {2: 240, 3: 160}
 CONSUMERS_MAX = 3
-NOTES = "Hopper path (sm_90a): TMA loads on mbarriers, wgmma, one producer and {consumers} consumer warpgroups"
+NOTES = ("Hopper path (sm_90a): persistent grid, TMA loads on mbarriers, wgmma, one producer and {consumers} "
+         "consumer warpgroups")
 
 
 def consumers(plan: KernelPlan) -> int:
@@ -42,13 +43,19 @@ def chunks(head_dim: int) -> int:
 
 
 def smem_bytes(plan: KernelPlan) -> int:
-    """Q, STAGES x (K, V), the barriers, and slack to align the tiles to 1024 bytes."""
+    """Q, STAGES x (K, V), the barriers (Q full and empty; per stage K and V full and empty), and slack to align
+    the tiles to 1024 bytes."""
     row = chunks(plan.head_dim) * 64 * plan.dtype.itemsize
-    return (plan.block_m + 2 * plan.stages * plan.block_n) * row + 8 * (1 + 3 * plan.stages) + 1024
+    return (plan.block_m + 2 * plan.stages * plan.block_n) * row + 8 * (2 + 4 * plan.stages) + 1024
 
 
 def threads(plan: KernelPlan) -> int:
     return 128 * (consumers(plan) + 1)
+
+
+def grid_x(plan: KernelPlan) -> str:
+    """A persistent grid: one CTA per SM of the running GPU (SMS), or one per work tile when there are fewer."""
+    return f"min(cdiv(N, {plan.block_m}) * H * B, SMS)"
 
 
 def validate(plan: KernelPlan) -> None:
@@ -87,7 +94,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
     source = inline_headers(_environment().get_template("attention_fwd.cu.j2").render(**context), INCLUDE_DIRS)
     manifest = KernelManifest(
         name=plan.name, arch=plan.target.feature_arch or "sm_90a", dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
-        launches=[Launch(kernel=plan.name, grid=(f"cdiv(N, {plan.block_m})", "H", "B"), threads=threads(plan),
+        launches=[Launch(kernel=plan.name, grid=(grid_x(plan), "1", "1"), threads=threads(plan),
                          smem_bytes=smem_bytes(plan))],
         params={"BLOCK_M": plan.block_m, "BLOCK_N": plan.block_n, "WARPS": plan.warps,
                 "STAGES": plan.stages, "GROUP_HEADS": plan.group_heads},

@@ -79,6 +79,21 @@ namespace block {
 // head) pairs (0: all of them) launch together, query block outermost, longest causal rows first when REVERSE.
 // Few pairs: the CTAs resident at once share those heads' K and V and read them from L2, not HBM. All pairs:
 // the longest causal blocks start first everywhere and the launch ends on short ones.
+// tile_coords takes the order's linear index `tile` (a persistent grid walks its tiles with it);
+// launch_coords reads it from the block index.
+template <int GROUP_HEADS, bool REVERSE>
+__device__ __forceinline__ void tile_coords(int tile, int m_tiles, int heads, int pairs, int& head, int& b,
+                                            int& m_block) {
+  const int per_group = GROUP_HEADS > 0 ? GROUP_HEADS : pairs;
+  const int group = tile / (per_group * m_tiles);
+  const int in_group = tile - group * per_group * m_tiles;
+  const int group_size = min(per_group, pairs - group * per_group);
+  const int pair = group * per_group + in_group % group_size;
+  const int m_index = in_group / group_size;
+  head = pair % heads;
+  b = pair / heads;
+  m_block = REVERSE ? m_tiles - 1 - m_index : m_index;
+}
 // The indices are read with volatile moves so that a second call (the epilogue's) recomputes them instead of
 // keeping the first call's results live through the key loop.
 template <int GROUP_HEADS, bool REVERSE>
@@ -90,17 +105,7 @@ __device__ __forceinline__ void launch_coords(int& head, int& b, int& m_block) {
   asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(nx));
   asm volatile("mov.u32 %0, %%nctaid.y;" : "=r"(ny));
   asm volatile("mov.u32 %0, %%nctaid.z;" : "=r"(nz));
-  const int m_tiles = nx, heads = ny, pairs = ny * nz;
-  const int per_group = GROUP_HEADS > 0 ? GROUP_HEADS : pairs;
-  const int launch = cx + m_tiles * (cy + heads * cz);
-  const int group = launch / (per_group * m_tiles);
-  const int in_group = launch - group * per_group * m_tiles;
-  const int group_size = min(per_group, pairs - group * per_group);
-  const int pair = group * per_group + in_group % group_size;
-  const int m_index = in_group / group_size;
-  head = pair % heads;
-  b = pair / heads;
-  m_block = REVERSE ? m_tiles - 1 - m_index : m_index;
+  tile_coords<GROUP_HEADS, REVERSE>(cx + nx * (cy + ny * cz), nx, ny, ny * nz, head, b, m_block);
 }
 }  // namespace block
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The library job on a lent H200 (issue 16's H200 figures), in one call, from the repo root:
+#   run(command="bash benchmarks/library_h200.sh", carry=[".whl"], timeout_s=600)
+# 1. `flashgen targets detect` on the GPU present -> $OUT/h200-detected.toml
+# 2. the h200 library (fp16, bf16 x plain, causal x d64, d128, d256: 12 entries), CPU stages over the cores, GPU
+#    stages (full verification, timing beside the baselines) on the GPU -> $OUT/h200-library.json (the index),
+#    $OUT/h200-library.md, $OUT/h200-library-summary.json (wall times, per-entry seconds)
+# 3. nvcc throughput against cores and the 4-entry CPU-only job (benchmarks/library_scaling.py) -> $OUT/h200-scaling.json
+# 4. the library's GPU tests (tests/test_library_gpu.py)
+cd "$(dirname "$0")/.." || exit 1
+[ -n "${NO_WHEELS:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-} || { echo "wheel install from .whl/ failed"; exit 1; }
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
+export FLASHGEN_HOME=${FLASHGEN_HOME:-/tmp/flashgen-home}
+OUT=${OUT:-/tmp/flashgen-out}
+mkdir -p "$OUT"
+echo "# library on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cpus, $(nvcc --version | tail -1)"
+python3 -m flashgen targets detect --out "$OUT/h200-detected.toml"; cat "$OUT/h200-detected.toml"
+cat > /tmp/h200-library.toml <<'SPEC'
+gpus = ["h200"]
+dtypes = ["fp16", "bf16"]
+variants = ["plain", "causal"]
+head_dims = [64, 128, 256]
+tuned = "packaged"
+SPEC
+start=$(date +%s.%N)
+python3 -m flashgen library build /tmp/h200-library.toml --out /tmp/h200-library --json > "$OUT/h200-library-summary.json"
+echo "# h200 library: exit $?, $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s wall"
+cp /tmp/h200-library/library.json "$OUT/h200-library.json"; cp /tmp/h200-library/library.md "$OUT/h200-library.md"
+cat /tmp/h200-library/library.md
+python3 -m flashgen library build /tmp/h200-library.toml --out /tmp/h200-library --json | python3 -c "import json,sys; s=json.load(sys.stdin); print('# rerun:', s['kept'], 'kept,', s['built'], 'built in', s['wall_s'], 's')"
+timeout 240 python3 benchmarks/library_scaling.py --skip-sequential --only h200/fp16 --nvcc 16 --out "$OUT/h200-scaling.json"
+timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_library_gpu.py 2>&1 | tail -5

@@ -1,0 +1,246 @@
+"""The library job's spec: a cross product of GPUs, dtypes, variants and head dims, plus the provider and its
+budgets and what the GPU stages do (docs/batch.md). TOML, validated by pydantic; every bad input is one line.
+
+    gpus = ["h200", "h100"]
+    dtypes = ["fp16", "bf16"]
+    variants = ["plain", "causal"]          # the names generated/ uses (flashgen.variant.Variant.name)
+    head_dims = [64, 128, 256]
+    exclude = [{ gpu = "t4", head_dim = 256 }]
+    tuned = "user"                          # or "packaged": the package's tuned tables alone (generated/)
+    targets = ["my_gpu.toml"]               # target files (relative to the spec) for GPUs the table lacks
+    out = "lib"                             # the library folder when --out is not given (relative to the spec)
+
+    [provider]
+    name = "expert"                         # expert | openai | anthropic | openai-compatible
+    max_iters = 12                          # budgets per entry
+
+    [gpu]
+    verify = true
+    bench = true
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from flashgen.errors import InputError, UsageError, read_text_input
+from flashgen.variant import DType, Norm, Variant, parse_dtype
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+PROVIDERS = ("expert", "openai", "anthropic", "openai-compatible")
+
+
+class ProviderSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: Literal["expert", "openai", "anthropic", "openai-compatible"] = "expert"
+    model: str | None = None
+    base_url: str | None = None
+    max_iters: int | None = Field(default=None, ge=1, le=1000, description="model calls per entry")
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0, description="per entry")
+    max_wall_s: float | None = Field(default=None, gt=0, description="per entry")
+    goal_speedup: float = Field(default=1.0, gt=0)
+
+
+class GpuSpec(BaseModel):
+    """The GPU stages, run where a GPU of the entry's target is present (else: compiled and estimated)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    verify: bool = True
+    bench: bool = Field(default=True, description="time it (after verifying) beside the baselines")
+    baselines: bool = True
+    min_time_s: float = Field(default=0.2, gt=0, le=60)
+    timeout_s: float = Field(default=300, gt=0, le=3600, description="per GPU job")
+    max_attempts: int = Field(default=2, ge=1, le=16, description="GPU workers an entry may try when one dies")
+
+
+class Exclude(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    gpu: str | None = None
+    dtype: str | None = None
+    variant: str | None = None
+    head_dim: int | None = None
+
+    def matches(self, entry: EntrySpec) -> bool:
+        return all(want is None or want == have for want, have in
+                   ((self.gpu, entry.gpu), (self.dtype, entry.dtype), (self.variant, entry.variant),
+                    (self.head_dim, entry.head_dim)))
+
+
+class Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    gpus: list[str] = Field(min_length=1)
+    dtypes: list[str] = Field(min_length=1)
+    variants: list[str] = Field(min_length=1)
+    head_dims: list[int] = Field(min_length=1)
+    provider: ProviderSpec = Field(default_factory=ProviderSpec)
+    gpu: GpuSpec = Field(default_factory=GpuSpec)
+    tuned: Literal["user", "packaged"] = "user"
+    exclude: list[Exclude] = Field(default_factory=list)
+    targets: list[str] = Field(default_factory=list, description="target files, relative to the spec file")
+    out: str | None = Field(default=None, description="the library folder when --out is not given (relative to the "
+                            "spec file)")
+
+    def entries(self) -> list[EntrySpec]:
+        out = []
+        for gpu, dtype, variant, head_dim in itertools.product(self.gpus, self.dtypes, self.variants, self.head_dims):
+            entry = EntrySpec(gpu=gpu, dtype=dtype, variant=variant, head_dim=head_dim)
+            if not any(rule.matches(entry) for rule in self.exclude):
+                out.append(entry)
+        return out
+
+
+class EntrySpec(BaseModel):
+    """One kernel of the library: its folder is GPU/DTYPE/VARIANT_dHEAD (as generated/)."""
+
+    model_config = ConfigDict(frozen=True)
+    gpu: str
+    dtype: str
+    variant: str
+    head_dim: int
+
+    @property
+    def path(self) -> str:
+        return f"{self.gpu}/{self.dtype}/{self.variant}_d{self.head_dim}"
+
+
+_TOKEN = re.compile(r"^(?:(causal)|window(\d+)|(alibi)|softcap(\d+(?:\.\d+)?)|gqa(\d+)|(lse)|(relu|sigmoid)"
+                    r"|(decode_splitkv))$")
+
+
+def parse_variant_name(name: str) -> Variant:
+    """The Variant whose `name` is `name` (plain, causal, window256, causal_alibi, softcap30, gqa4, causal_lse, ...);
+    UsageError naming the name otherwise."""
+    fields: dict = {}
+    text = name.replace("decode_splitkv", "decode-splitkv")
+    tokens = [] if text == "plain" else text.split("_")
+    for token in tokens:
+        m = _TOKEN.match(token.replace("decode-splitkv", "decode_splitkv"))
+        if m is None:
+            break
+        causal, window, alibi, softcap, gqa, lse, norm, split = m.groups()
+        if causal:
+            fields["causal"] = True
+        elif window:
+            fields.update(causal=True, window=int(window))
+        elif alibi:
+            fields["alibi"] = True
+        elif softcap:
+            fields["softcap"] = float(softcap)
+        elif gqa:
+            fields["kv_group"] = int(gqa)
+        elif lse:
+            fields["return_lse"] = True
+        elif norm:
+            fields["norm"] = Norm(norm)
+        elif split:
+            fields["split_kv"] = True
+    else:
+        try:
+            variant = Variant(**fields)
+        except ValidationError:
+            variant = None
+        if variant is not None and variant.name == name:
+            return variant
+    raise UsageError(f"unknown variant {name!r}: the names generated/ uses, e.g. plain, causal, window256, "
+                     "causal_alibi, softcap30, causal_gqa4, causal_lse")
+
+
+def _one_line(where: str, exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    loc = ".".join(str(p) for p in error.get("loc", ()))
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        section = loc.rsplit(".", 1)[0] if "." in loc else ""
+        model = {"provider": ProviderSpec, "gpu": GpuSpec}.get(section.split(".")[0], Spec)
+        if section.startswith("exclude"):
+            model = Exclude
+        return f"{where}: unknown key {loc!r} (keys{' of [' + section + ']' if section else ''}: " \
+               f"{', '.join(model.model_fields)})"
+    if kind == "missing":
+        return f"{where}: missing key {loc!r}"
+    msg = str(error.get("msg", "invalid")).removeprefix("Value error, ").replace("Input should be", "must be", 1)
+    return f"{where}: {loc}: {msg} (got {error.get('input')!r})"
+
+
+def parse_spec(data: dict, where: str = "spec", base: Path | None = None) -> Spec:
+    """A spec from its TOML table: validated, its target files registered, every name and combination checked
+    (unknown GPU, dtype or variant, a head dim the translator cannot build): UsageError, one line."""
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError(_one_line(where, exc)) from None
+    from flashgen.target_files import register_target_file
+    from flashgen.targets import get_target
+
+    for name in spec.targets:
+        path = (base / name) if base is not None and not Path(name).is_absolute() else Path(name)
+        try:
+            register_target_file(path)
+        except UsageError as exc:
+            raise UsageError(f"{where}: targets: {exc}") from None
+    gpus = []
+    for gpu in spec.gpus:
+        try:
+            gpus.append(get_target(gpu).name)
+        except UsageError as exc:
+            raise UsageError(f"{where}: gpus: {exc}") from None
+    for dtype in spec.dtypes:
+        try:
+            parse_dtype(dtype)
+        except UsageError as exc:
+            raise UsageError(f"{where}: dtypes: {exc}") from None
+    for variant in spec.variants:
+        try:
+            parse_variant_name(variant)
+        except UsageError as exc:
+            raise UsageError(f"{where}: variants: {exc}") from None
+    for field, values in (("gpus", spec.gpus), ("dtypes", spec.dtypes), ("variants", spec.variants),
+                          ("head_dims", spec.head_dims)):
+        if len(set(values)) != len(values):
+            raise UsageError(f"{where}: {field}: {values} names one twice")
+    if spec.out is not None and base is not None and not Path(spec.out).is_absolute():
+        spec = spec.model_copy(update={"out": str(base / spec.out)})
+    spec = spec.model_copy(update={"gpus": gpus})  # canonical names (h100-sxm -> h100): the folders' names
+    if not spec.entries():
+        raise UsageError(f"{where}: exclude leaves no entry")
+    check_supported(spec, where)
+    return spec
+
+
+def check_supported(spec: Spec, where: str = "spec") -> None:
+    """Every entry is a combination the translator builds; else one line naming it and how to exclude it."""
+    from flashgen.harness.environment import Environment
+    from flashgen.targets import get_target
+
+    env = Environment()
+    for entry in spec.entries():
+        try:
+            env.check_supported(parse_variant_name(entry.variant), get_target(entry.gpu), DType(parse_dtype(entry.dtype)),
+                                entry.head_dim)
+        except UsageError as exc:
+            raise UsageError(f"{where}: {entry.path}: {exc} (drop it with exclude = [{{ gpu = \"{entry.gpu}\", "
+                             f"head_dim = {entry.head_dim} }}])") from None
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and validate a spec file (TOML); UsageError (one line) for anything wrong."""
+    try:
+        text = read_text_input(str(path))
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not TOML: {exc}") from None
+    return parse_spec(data, str(path), Path(path).parent)
