@@ -179,6 +179,15 @@ def detected_toml(device: dict[str, Any]) -> tuple[str, list[str]]:
              "# give peak_tflops = { fp16 = ..., bf16 = ... } to use a datasheet's instead",
              f'name = "{short_name(name)}"', f'marketing_name = "{name}"',
              f"compute_capability = [{cc[0]}, {cc[1]}]"]
+    try:
+        from flashgen.targets import get_target
+
+        known = get_target(name)
+    except UsageError:
+        known = None
+    if known is not None and known.sm_count == device.get("sm_count"):
+        lines.append(f"# NOTE: this GPU is the table's target {known.name!r} already; give name and marketing_name "
+                     "new values to add it as another")
     if cc not in ARCH_FACTS:
         lines.append(f"# NOTE: flashgen has no translator backend for sm_{cc[0]}{cc[1]}: `targets add` refuses this "
                      "file until one exists")

@@ -266,3 +266,28 @@ def test_the_library_job_rebuilds_committed_entries_identically(tmp_path, monkey
     committed = read_index(REPO / "generated").by_path()
     for entry in read_index(tmp_path / "lib").entries:
         assert entry.model_dump(exclude={"key"}) == committed[entry.path].model_dump(exclude={"key"}), entry.path
+
+
+def test_show_and_pick_on_the_command_line_and_ray_missing_is_one_line(fakes, monkeypatch, capsys):
+    import sys
+
+    from flashgen.cli import main
+
+    lib = fakes / "lib"
+    build(parse_spec({**SPEC, "gpus": ["h200"], "head_dims": [64]}), lib,
+          engine=LocalEngine(jobs=1, gpus=[], stages=FAKES), store=False)
+    main(["library", "show", str(lib)])
+    assert "| h200/bf16/causal_d64 | ok | fake |" in capsys.readouterr().out
+    main(["library", "pick", str(lib), "--gpu", "h200", "--dtype", "bf16", "--variant", "causal", "--head-dim", "64"])
+    assert capsys.readouterr().out.strip() == str(lib / "h200/bf16/causal_d64")
+    with pytest.raises(SystemExit) as stop:
+        main(["library", "pick", str(lib), "--gpu", "h200", "--head-dim", "256"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "no kernel for h200 fp16 plain d256" in err and err.count("\n") == 1
+    monkeypatch.setitem(sys.modules, "ray", None)  # as where Ray is not installed
+    spec = fakes / "lib.toml"
+    spec.write_text('gpus = ["h200"]\ndtypes = ["fp16"]\nvariants = ["plain"]\nhead_dims = [64]\n')
+    with pytest.raises(SystemExit) as stop:
+        main(["library", "build", str(spec), "--out", str(fakes / "r"), "--engine", "ray"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "pip install 'flashgen[ray]'" in err and err.count("\n") == 1
