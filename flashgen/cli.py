@@ -97,9 +97,7 @@ def take_target_files(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from flashgen.errors import Interrupted
-
-    from flashgen.errors import Stopped
+    from flashgen.errors import Interrupted, Stopped
 
     for name in ("SIGINT", "SIGTERM"):
         if hasattr(signal, name):

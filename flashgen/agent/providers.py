@@ -23,7 +23,6 @@ from flashgen.agent.messages import Stage as Stage
 from flashgen.agent.messages import Task as Task
 from flashgen.errors import UsageError
 
-
 # USD per million tokens (input, output), from the vendors' public price pages
 # (openai.com/api/pricing, anthropic.com/pricing) as listed in 2025. Matched by longest prefix so
 # that dated snapshots (gpt-4o-2024-08-06, claude-sonnet-4-5-20250929) find their family.

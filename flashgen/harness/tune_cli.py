@@ -91,11 +91,10 @@ def register(app: typer.Typer) -> None:
         json_out: Path | None = typer.Option(None, "--json", help="also write the whole search result here"),
     ) -> None:
         """Choose tile parameters: CPU filters and a listing without a GPU, a timed search with one."""
+        from flashgen.console import out as console
         from flashgen.harness.worker import have_gpu
         from flashgen.translators.params import choose_params_with_source
         from flashgen.translators.search import resolve_target, screen_candidates
-
-        from flashgen.console import out as console
 
         if limit is not None and limit < 1:
             raise UsageError(f"--limit must be at least 1, got {limit}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
 from typing import Any
 
 from flashgen import operators
@@ -19,6 +18,8 @@ from flashgen.tl_spec import ast
 from flashgen.tl_spec.diagnostics import Diagnostic
 from flashgen.tl_spec.printer import format_expr
 from flashgen.tl_spec.roles import RoleRules
+from flashgen.tl_spec.symbols import Ctx as _Ctx
+from flashgen.tl_spec.symbols import Sym as _Sym
 from flashgen.variant import DType
 
 # probe values for runtime sizes: distinct, not multiples of common tiles
@@ -36,31 +37,6 @@ _EXPECTED_GLOBALS = {
 # interpreter spin (its own operation budget stops what the probes cannot see).
 MAX_LOOP_TRIPS = 1 << 20
 _REG_OVERHEAD = 24  # addresses, loop counters, predicates: registers a kernel needs besides its tiles
-
-
-@dataclass
-class _Sym:
-    name: str
-    kind: str  # builtin | param | loop | let | tensor
-    loc: ast.Loc | None = None
-    level: ast.Level | None = None
-    dtype: DType | None = None
-    shape: tuple[int, ...] | None = None
-    written: bool = False
-    accumulator: bool = False
-    in_loop: bool = False  # allocated or written inside a sequential loop (multi-buffered)
-    reported: bool = False
-    written_in_loop: bool = False
-    probe: tuple[Any, Any] = (None, None)  # values under the two probe assignments
-    stages: int | None = None  # a staged shared buffer (Hopper dataflow): its ring's depth
-
-
-@dataclass
-class _Ctx:
-    kernel: ast.Kernel | None = None
-    seq_depth: int = 0
-    grid_done: bool = False  # a non-grid statement has been seen in this kernel
-    kernel_tensors: list[_Sym] = field(default_factory=list)
 
 
 class _Checker:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 from pydantic import ValidationError
+
 from flashgen.console import err, out, styled
 from flashgen.errors import FlashgenError, UsageError, read_text_input
 

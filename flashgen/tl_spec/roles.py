@@ -13,14 +13,24 @@ flashgen.targets.role_dataflow, the one place those facts live.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from flashgen.targets import ROLE_DATAFLOW, role_dataflow
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.printer import format_expr
+from flashgen.tl_spec.symbols import Ctx, Sym
 
-if TYPE_CHECKING:
-    from flashgen.tl_spec.checker import _Checker, _Ctx, _Sym
+
+class CheckerHost(Protocol):
+    """What the rules use of the checker that runs them (flashgen.tl_spec.checker)."""
+
+    p: ast.Program
+    target: Any
+
+    def err(self, node: Any, message: str, hint: str | None = None, severity: str = "error") -> None: ...
+    def probe(self, expr: Any, which: int, node: Any, index_names: bool = False) -> Any: ...
+    def names_in(self, expr: Any, node: Any, allow_index: bool = False, allow_tensors: bool = True) -> None: ...
+    def tensor(self, name: str, node: Any) -> Sym | None: ...
 
 _RENAMED = "__step"
 
@@ -63,7 +73,7 @@ class _Walk:
 
 
 class RoleRules:
-    def __init__(self, checker: _Checker):
+    def __init__(self, checker: CheckerHost):
         self.c = checker
         p = checker.p
         self.program_has_roles = ast.role_program(p)
@@ -103,7 +113,7 @@ class RoleRules:
         return int(a)
 
     # ------------------------------------------------------------------ allocations
-    def allocate(self, stmt: ast.Allocate, sym: _Sym) -> None:
+    def allocate(self, stmt: ast.Allocate, sym: Sym) -> None:
         if stmt.stages is None:
             return
         self.need_arch(stmt)
@@ -123,7 +133,7 @@ class RoleRules:
         self.stages[stmt.name] = n
 
     # ------------------------------------------------------------------ structure
-    def block_structure(self, stmts: list[Any], ctx: _Ctx) -> None:
+    def block_structure(self, stmts: list[Any], ctx: Ctx) -> None:
         """A statement list holding Role blocks: exactly one producer and one consumer, at the innermost parallel
         level, after only Let and shared Allocate lines, with nothing after them."""
         roles = [s for s in stmts if isinstance(s, ast.Role)]
@@ -225,7 +235,7 @@ class RoleRules:
                          f"Release {buffer} stage {rec.stage} after the last read of {buffer}")
 
     # ------------------------------------------------------------------ statements
-    def sync(self, stmt: Any, ctx: _Ctx) -> None:
+    def sync(self, stmt: Any, ctx: Ctx) -> None:
         self.need_arch(stmt)
         kind = type(stmt).__name__
         if self.role is None:
@@ -314,7 +324,7 @@ class RoleRules:
             return False
         return True
 
-    def copy(self, stmt: ast.Copy, src: _Sym, dst: _Sym, ctx: _Ctx) -> None:
+    def copy(self, stmt: ast.Copy, src: Sym, dst: Sym, ctx: Ctx) -> None:
         """Async copies, stages and who may fill a staged or asynchronously loaded buffer."""
         stages = getattr(dst, "stages", None)
         if stmt.is_async or stmt.stage is not None:
@@ -368,7 +378,7 @@ class RoleRules:
                                                             f"stage")
 
     # ------------------------------------------------------------------ reads and writes
-    def read(self, sym: _Sym, node: Any) -> None:
+    def read(self, sym: Sym, node: Any) -> None:
         if sym.kind != "tensor" or sym.name not in self.async_targets or self.role is None:
             return
         if self.role.role != "consumer":

@@ -45,6 +45,8 @@ from flashgen.errors import UsageError
 from flashgen.targets import Target, resolve_target
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.printer import format_expr, format_program
+from flashgen.translators.backends import BACKENDS, backend_for, get_backend
+from flashgen.translators.backends.sm90 import dataflow as hopper
 from flashgen.translators.cexpr import (
     CEnv,
     CExprError,
@@ -58,8 +60,6 @@ from flashgen.translators.cexpr import (
     substitute,
     to_poly,
 )
-from flashgen.translators.backends import BACKENDS, backend_for, get_backend
-from flashgen.translators.backends.sm90 import dataflow as hopper
 from flashgen.translators.plan import (
     KernelPlan,
     Normalization,
