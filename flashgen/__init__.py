@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     # `import flashgen` stays light; the API (and the layers behind it) load on first use.
-    if name in ("generate", "Kernel"):
+    if name in ("generate", "build", "Kernel"):
         from flashgen import api
 
         return getattr(api, name)

@@ -18,8 +18,8 @@ from pydantic import ValidationError
 from flashgen.errors import FlashgenError, UsageError, pydantic_message
 from flashgen.variant import DType, Variant, make_variant, parse_dtype
 
-__all__ = ["DEFAULT_DTYPE", "DEFAULT_GPU", "DEFAULT_HEAD_DIM", "Kernel", "default_out_dir", "generate", "make_variant",
-           "parse_dtype"]
+__all__ = ["DEFAULT_DTYPE", "DEFAULT_GPU", "DEFAULT_HEAD_DIM", "Kernel", "ProgramRejected", "build", "default_build_dir",
+           "default_out_dir", "generate", "make_variant", "parse_dtype"]
 
 DEFAULT_GPU = "h200"
 DEFAULT_DTYPE = "fp16"
@@ -28,12 +28,14 @@ DEFAULT_HEAD_DIM = 128
 
 class Kernel:
     """A generated kernel: its TL (sketch and full), CUDA source, manifest, report and meta, callable
-    on CUDA arrays (torch, cupy, pycuda, jax: __cuda_array_interface__ or DLPack) when a GPU is present."""
+    on CUDA arrays (torch, cupy, pycuda, jax: __cuda_array_interface__ or DLPack) when a GPU is present.
+    `summary` (from `generate`): the run's end as data, a flashgen.agent.summary.GenerateSummary."""
 
     def __init__(self, *, tl: str, sketch: str, source: str, manifest: KernelManifest, report: str,
-                 meta: dict[str, Any], out_dir: Path | None = None, run_id: str | None = None):
+                 meta: dict[str, Any], out_dir: Path | None = None, run_id: str | None = None, summary=None):
         self.tl, self.sketch, self.source, self.manifest = tl, sketch, source, manifest
         self.report, self.meta, self.out_dir, self.run_id = report, meta, out_dir, run_id
+        self.summary = summary
         self._launcher = None
 
     @property
@@ -126,7 +128,8 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
     holding a lock on the folder for the whole run: a second writer is refused).
 
     Budgets left as None take the defaults (12 model calls, no other limit); on `resume` the ones given replace the
-    run's recorded budget. `provider` (default expert), `model` and `base_url`: on `resume`, given ones replace the
+    run's recorded budget. A new run's `max_iters` below the calls a kernel needs (loop.MIN_MODEL_CALLS) is refused
+    before any model call. `provider` (default expert), `model` and `base_url`: on `resume`, given ones replace the
     provider the run last used (recorded with the resume). `request_timeout_s` and `retries` shape a model
     provider's HTTP calls (RetryPolicy).
     Raises FlashgenError subclasses (one line) for bad input and for a run that ends without a kernel;
@@ -134,9 +137,10 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
     from contextlib import nullcontext
 
     from flashgen.harness.environment import Environment
-    from flashgen.agent.loop import Budget, LoopConfig, resume_loop, run_loop
+    from flashgen.agent.loop import Budget, LoopConfig, check_makes_a_kernel, resume_loop, run_loop
     from flashgen.agent.outputs import out_lock, write_outputs
     from flashgen.agent.providers import RetryPolicy, Task, make_provider
+    from flashgen.agent.summary import summarize
     from flashgen.errors import Interrupted
 
     env = env or Environment()
@@ -179,6 +183,7 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
         except ValidationError as exc:
             first = exc.errors()[0]
             raise UsageError(f"{first['loc'][-1]}={first.get('input')!r}: {pydantic_message(first)}") from None
+        check_makes_a_kernel(config.budget.max_iters)
     elif out is not None:
         check_out_dir(out)
     out_dir = Path(out) if out is not None else None
@@ -207,5 +212,148 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
         partial = f"; partial files in {out_dir}" if out_dir is not None else ""
         hint = result.resume.get("how", f"--resume {result.run_id} continues it").replace("--out DIR", where)
         raise FlashgenError(f"no kernel: {result.reason} (run {result.run_id}; {hint}){partial}")
+    gpu_name = env.gpu_name() if result.best.verification.ran else None
+    summary = summarize(result, files.meta, out_dir, files.written, gpu_name)
     return Kernel(tl=result.best.tl, sketch=result.best.sketch, source=result.best.cuda, manifest=result.best.manifest,
-                  report=files.report, meta=files.meta, out_dir=out_dir, run_id=result.run_id)
+                  report=files.report, meta=files.meta, out_dir=out_dir, run_id=result.run_id, summary=summary)
+
+
+# ------------------------------------------------------------------------------------------ a user's TL: build
+
+class ProgramRejected(FlashgenError):
+    """A user's TL program that `build` cannot take as it is: a sketch, another dtype than asked, a checker error
+    (FILE:LINE:COL: message, one line)."""
+
+    exit_code = 1
+
+
+def default_build_dir(target_name: str, dtype: DType, label: str) -> Path:
+    """build/GPU/DTYPE/STEM: beside generated/'s layout, in a folder a checkout ignores."""
+    stem = Path(label).stem if label and not label.startswith("<") else "kernel"
+    return Path("build") / target_name / dtype.value / (stem or "kernel")
+
+
+def build(tl: str | Path, gpu: str, dtype: str, *, out: str | Path | None = None, provider=None,
+          model: str | None = None, base_url: str | None = None, max_iters: int | None = None,
+          goal_speedup: float | None = None, name: str | None = None, store=None, env=None,
+          progress=None) -> Kernel:
+    """Build a user's own full TL program (`tl`: its text, or a path to its file) for `gpu` in `dtype`: parsed and
+    checked (a checker error is a ProgramRejected, one line with its line number), interpreted on the CPU against
+    its own fp64 meaning (the variant's reference when it computes its Variant line, else its own interpretation,
+    which then is the kernel's `reference_tl`), translated, compiled and, where a GPU is present, verified and
+    timed: through the generate loop and store (flashgen.agent.user.UserProgramProvider gives the program as the
+    loop's first replies), so the run is recorded and `out` gets generate's files.
+
+    `provider` (openai, anthropic, openai-compatible; `model`, `base_url`; or a Provider object): a model that
+    repairs or speeds up the program from its feedback (budget `max_iters` steps, the program's own included, and
+    `goal_speedup`); without one a failure ends the run, raised as one line (FlashgenError), and the first correct
+    kernel is the result. `name`: the program's label in messages (default: the path, or '<tl>'). `out`: where the
+    files go (none written without it)."""
+    import os
+    from contextlib import nullcontext
+
+    from typing import get_args
+
+    from flashgen.agent.loop import Budget, LoopConfig, Phase, run_loop
+    from flashgen.agent.outputs import out_lock, write_outputs
+    from flashgen.agent.providers import Task, make_provider
+    from flashgen.agent.user import USER, UserProgramProvider
+    from flashgen.errors import Interrupted, read_text_input
+    from flashgen.harness.environment import Environment
+    from flashgen.tl_spec import check, parse
+    from flashgen.tl_spec.diagnostics import errors_only
+
+    env = env or Environment()
+    progress = progress or (lambda _msg: None)
+    target = env.target(gpu)
+    dtype_value = parse_dtype(dtype)
+    if isinstance(tl, os.PathLike):
+        label = name or os.fspath(tl)
+        text = read_text_input(os.fspath(tl))
+    else:
+        label = name or "<tl>"
+        text = tl
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError("build: the program is empty (give the TL text, or a Path to its file)")
+    if provider == "expert":
+        raise UsageError("--provider expert writes the library's programs, not repairs of yours: give openai, "
+                         "anthropic or openai-compatible (or no --provider: build the program as it is)")
+    if isinstance(provider, str):
+        then = make_provider(provider, model, base_url)  # no key, no SDK: one line, before any work
+        then_info = {"name": provider, "model": then.model, "base_url": base_url}
+    else:  # None, or a Provider object (a Python caller's own)
+        then = provider
+        then_info = None if then is None else {"name": then.name, "model": then.model}
+    program = parse(text, label)  # TLSyntaxError: FILE:LINE:COL: message, one line
+    if not program.is_full or program.variant is None:
+        raise ProgramRejected(f"{label}:1:1: a sketch: `flashgen build` takes a full program (the Target, Variant and "
+                              "Params lines, allocations and indexed copies; docs/llm-tl.md)")
+    decl = program.target
+    if decl.dtype != dtype_value:
+        line = decl.loc.line if decl.loc else 1
+        raise ProgramRejected(f"{label}:{line}:1: the Target line says dtype {decl.dtype.value}, the build asks for "
+                              f"{dtype_value.value}: build it with --dtype {decl.dtype.value}, or write the program "
+                              f"for {dtype_value.value}")
+    diagnostics = check(program, target)
+    errors = errors_only(diagnostics)
+    if errors and then is None:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ProgramRejected(f"{errors[0]}{more}")
+    for diagnostic in diagnostics:
+        progress(str(diagnostic))
+    if errors:
+        progress(f"{label}: {len(errors)} checker error(s); the {then.name} provider is asked to repair them")
+    custom = _computes_something_else(program)
+    progress(f"{label}: {program.variant.name}, {decl.dtype.value}, head dim {decl.head_dim}, for {target.name} "
+             f"({target.arch}); " + ("what it computes is not its Variant line's: its own fp64 interpretation is the "
+                                     "reference" if custom else "it computes its Variant line: the variant's fp64 "
+                                                                "reference"))
+    budget = {"max_iters": max_iters} if max_iters is not None else {}
+    steps = len(get_args(Phase))  # the program's own steps: sketch, params, translate
+    if max_iters is not None and max_iters < steps:
+        raise UsageError(f"max_iters {max_iters}: too small, the program's own steps take {steps} "
+                         f"({', '.join(get_args(Phase))})")
+    goal = goal_speedup if goal_speedup is not None else (1.0 if then else 1e-9)  # no model: none to speed it up
+    task = Task(variant=program.variant, target=target.name, arch=target.arch, dtype=dtype_value,
+                head_dim=decl.head_dim)
+    try:
+        config = LoopConfig(task=task, goal_speedup=goal, budget=Budget(**budget), reference_tl=text if custom else None)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UsageError(f"{first['loc'][-1]}={first.get('input')!r}: {pydantic_message(first)}") from None
+    if len(text) > config.max_reply_chars:
+        raise UsageError(f"{label}: {len(text)} characters, over the {config.max_reply_chars} a program may have")
+    user = UserProgramProvider(text, label, env=env, then=then, custom=custom)
+    info = {"name": USER, "model": None, "file": label, "then": then_info}
+    if out is not None:
+        check_out_dir(out)
+    out_dir = Path(out) if out is not None else None
+    where = f"--out {out_dir}" if out_dir is not None else "--out DIR"
+    with out_lock(out_dir) if out_dir is not None else nullcontext():
+        try:
+            result = run_loop(config, user, env=env, store=store, provider_info=info, progress=progress)
+        except Interrupted as exc:
+            raise Interrupted(str(exc).replace("--out DIR", where), exc.signal_name) from None
+        try:
+            files = write_outputs(result, result.task, target, env, out_dir)
+        except OSError as exc:
+            raise FlashgenError(f"--out {out_dir}: cannot write ({exc.strerror or exc}); run {result.run_id} is "
+                                "recorded") from None
+    if result.best is None:
+        partial = f"; partial files in {out_dir}" if out_dir is not None else ""
+        hint = result.resume.get("how", f"--resume {result.run_id} continues it").replace("--out DIR", where)
+        raise FlashgenError(f"no kernel: {result.reason} (run {result.run_id}; {hint}){partial}")
+    best = result.best
+    return Kernel(tl=best.tl, sketch=best.sketch, source=best.cuda, manifest=best.manifest, report=files.report,
+                  meta=files.meta, out_dir=out_dir, run_id=result.run_id)
+
+
+def _computes_something_else(program) -> bool:
+    """Whether the program's fp64 interpretation differs from its Variant line's reference (a score or mask of its
+    own); a program that cannot even run counts so, and the loop's CPU check then says why."""
+    from flashgen.translators.lower import computes_declared_variant
+
+    try:
+        return not computes_declared_variant(program)
+    except FlashgenError:
+        return True

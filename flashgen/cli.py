@@ -43,7 +43,7 @@ def _register_all() -> None:
     import importlib
 
     for module in ("flashgen.targets_cli", "flashgen.tl_spec.cli", "flashgen.harness.cli", "flashgen.harness.tune_cli",
-                   "flashgen.generate_cli", "flashgen.library.cli"):
+                   "flashgen.generate_cli", "flashgen.build_cli", "flashgen.library.cli"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:

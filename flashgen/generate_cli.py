@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Generate a FlashAttention kernel: LLM-TL sketch -> full TL -> CUDA, checked, compiled, verified.
         Results go to stdout, progress to stderr."""
-        from flashgen.agent.loop import Budget, LoopConfig
+        from flashgen.agent.loop import Budget, LoopConfig, check_makes_a_kernel
         from flashgen.agent.providers import RetryPolicy, check_base_url
         from flashgen.api import check_out_dir, default_out_dir, generate, parse_dtype
         from flashgen.errors import Interrupted, Stopped, check_option
@@ -67,6 +67,8 @@ def register(app: typer.Typer) -> None:
                                    ("--max-cost", "max_cost_usd", max_cost), ("--max-wall", "max_wall_s", max_wall)):
             if value is not None:
                 check_option(flag, value, Budget, field)
+        if max_iters is not None and resume is None:  # a resume's budget counts the calls already made
+            check_makes_a_kernel(max_iters, "--max-iters")
         check_option("--goal", goal, LoopConfig, "goal_speedup")
         if request_timeout is not None:
             check_option("--request-timeout", request_timeout, RetryPolicy, "timeout_s")
@@ -101,19 +103,15 @@ def register(app: typer.Typer) -> None:
                                   request_timeout_s=request_timeout, retries=retries, env=env, progress=progress)
             except Interrupted as exc:  # recorded by the loop; typer would swallow a KeyboardInterrupt's message
                 raise Stopped(str(exc), exc.signal_name) from None
-        ver = kernel.meta.get("verification", {})
-        roof = kernel.meta.get("roofline")
-        if as_json:
+        if as_json:  # stdout stays one JSON object: the summary as data, nothing printed beside it
             import json
 
             typer.echo(json.dumps({"run_id": kernel.run_id, "out": str(out), "kernel": kernel.manifest.name,
-                                   "verified": kernel.verified, "meta": kernel.meta}, sort_keys=True))
+                                   "verified": kernel.verified, "meta": kernel.meta,
+                                   "summary": kernel.summary.model_dump(mode="json")}, sort_keys=True))
             return
-        result_console.print(styled(("wrote", "bold green"), f" {out}/  (run {kernel.run_id})"))
-        if not ver.get("ran"):
-            result_console.print(styled(("verification did not run", "yellow"), ": no GPU here; the TL was checked "
-                                        "on the CPU against the fp64 reference and the CUDA compiled."))
-        if roof:
-            result_console.print(f"roofline lower bound at {roof['shape']}: {roof['time_s'] * 1e3:.3g} ms "
-                                 f"({roof['bound']}-bound, {roof.get('tflops_at_bound', 0):.0f} TFLOP/s)")
+        from flashgen.agent.summary import summary_lines
+
+        for line in summary_lines(kernel.summary):
+            result_console.print(line)
 

@@ -93,7 +93,9 @@ FUNCTIONS: dict[str, Function] = {f.name: f for f in (
     Function("exp2", 1, lambda x: 2.0 ** x, np.exp2, sfu=True, c_float=("exp2f", "exp2f")),
     Function("log", 1, math.log, np.log, sfu=True, c_float=("logf", "__logf")),
     Function("log2", 1, math.log2, np.log2, sfu=True, c_float=("log2f", "log2f")),
-    Function("tanh", 1, math.tanh, np.tanh, sfu=True, c_float=("tanhf", "tanhf")),
+    # fg::tanh_fast (flashgen/common.cuh): 1 - 2 / (2^(2x log2 e) + 1), one EX2 and one RCP, absolute error ~1e-7;
+    # tanhf's polynomial made softcap kernels run at half the plain kernel's speed (NOTES.md, session 5)
+    Function("tanh", 1, math.tanh, np.tanh, sfu=True, c_float=("fg::tanh_fast", "fg::tanh_fast")),
     Function("abs", 1, abs, np.abs),
     Function("relu", 1, lambda x: max(x, 0.0), lambda x: np.maximum(x, 0.0)),
     Function("sigmoid", 1, lambda x: 1.0 / (1.0 + math.exp(-x)), _sigmoid, sfu=True),

@@ -63,7 +63,7 @@ def test_library_plans_hold_the_expected_pieces():
     assert mod.uses_positions and mod.expr == "s - (float)abs(qpos + diag - kpos) * tl_c0"
     assert alibi.prologue[0].expr.startswith("exp2f(") and "heads" in alibi.prologue[0].expr
     softcap = _plan("softcap")
-    assert [m.expr for m in softcap.score_mods] == ["30.0f * tanhf(0.033333335f * s)"]
+    assert [m.expr for m in softcap.score_mods] == ["30.0f * fg::tanh_fast(0.033333335f * s)"]
     assert not softcap.score_mods[0].uses_positions
     relu = _plan("relu")
     assert relu.norm.p_expr == "fmaxf(s, 0.0f) * tl_c0" and relu.prologue[0].expr == "1.0f / (float)seqlen_k"

@@ -217,8 +217,9 @@ def test_results_on_stdout_progress_on_stderr_and_json(tmp_path):
     assert result["run_id"] == 1 and result["out"] == str(out) and result["meta"]["variant"] == "causal"
     assert "[1] sketch: asking expert" in done.stderr and "{" not in done.stderr
     again = cli("generate", "--resume", "1", "--out", str(out), home=home)  # a done run: rewrites its outputs
-    assert again.returncode == 0 and again.stdout.startswith(f"wrote {out}/  (run 1)"), again.stdout
-    assert "run 1 had already ended (done: " in again.stderr and "wrote" not in again.stderr
+    assert again.returncode == 0 and again.stdout.startswith("flashgen generate: done ("), again.stdout
+    assert f"{out}/  sketch.tl" in again.stdout and "run       1: 3 model calls" in again.stdout, again.stdout
+    assert "run 1 had already ended (done: " in again.stderr and "flashgen generate:" not in again.stderr
     listed = json.loads(cli("runs", "list", "--json", home=home).stdout)
     assert [(r["id"], r["status"], r["resume"]["helps"]) for r in listed] == [(1, "done", False)]
     shown = json.loads(cli("runs", "show", "1", "--json", home=home).stdout)

@@ -1,5 +1,5 @@
 """Render and compile the Hopper development kernels on a CPU machine (nvcc compiles sm_90a anywhere), so a GPU
-call only loads cubins: python benchmarks/kernel_dev/hopper_build.py OUTDIR [NAME ...]."""
+call only loads cubins: python benchmarks/kernel_dev/hopper_build.py OUTDIR [NAME or PREFIX ...]."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import jinja2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from flashgen.abi import ABI_HEADER  # noqa: E402
+from flashgen.abi import ABI_HEADER, Launch  # noqa: E402
 from flashgen.targets import get_target  # noqa: E402
 from flashgen.translators.render import render  # noqa: E402
 from flashgen.translators.rules import plan_for_variant  # noqa: E402
@@ -27,6 +27,8 @@ TILES = {(64, False): (192, 128, 2), (64, True): (192, 128, 2), (128, False): (1
 # the next tile before P V (intra-warpgroup overlap); POP = PO + ping-pong; A = PO with Q double-buffered where it
 # fits, Ag1 = A with GROUP_HEADS=1 (causal), Ap = A + ping-pong. "cur" is the production template.
 S4 = "sm90-session4-schedules.cu.j2"
+S5 = "sm90-session5-dynamic.cu.j2"
+L2_BUDGET = 24 << 20  # of the H200's 60 MB L2
 SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              "P": dict(template=S4, flags=dict(intra_overlap=False, pingpong=False, q_buffers=1)),
              "PO": dict(template=S4, flags=dict(intra_overlap=True, pingpong=False, q_buffers=1)),
@@ -35,7 +37,18 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              "Ag1": dict(template=S4, flags=dict(intra_overlap=True, pingpong=False, q_buffers=2),
                          update={"group_heads": 1}, only=lambda plan: plan.variant.causal),
              "Ap": dict(template=S4, flags=dict(intra_overlap=True, pingpong=True, q_buffers=2)),
-             "cur": {}}
+             "cur": {},
+             # Session 5: R = the production template with O stored from registers (o_via_tma off; session 4's
+             # epilogue); D0/D1 = the dynamic (atomic counter) tile schedule with GROUP_HEADS 0 / 1, DL = dynamic with
+             # launch-order groups sized by L2 (K/V of a group within L2_BUDGET), DLT = DL + O through TMA:
+             # versions/sm90-session5-dynamic.cu.j2, measured slower than the static schedule and left out.
+             "R": dict(options=dict(o_via_tma=False)),
+             "D0": dict(template=S5, flags=dict(dynamic=True, l2_group_bytes=0), options=dict(o_via_tma=False),
+                        update={"group_heads": 0}),
+             "D1": dict(template=S5, flags=dict(dynamic=True, l2_group_bytes=0), options=dict(o_via_tma=False),
+                        update={"group_heads": 1}),
+             "DL": dict(template=S5, flags=dict(dynamic=True, l2_group_bytes=L2_BUDGET), options=dict(o_via_tma=False)),
+             "DLT": dict(template=S5, flags=dict(dynamic=True, l2_group_bytes=L2_BUDGET))}
 RUN = ("cur",)  # the schedules built by default
 
 
@@ -45,14 +58,14 @@ SWEEP = {(64, True): ((128, 128, 2), (192, 64, 2)), (64, False): ((128, 128, 2),
 
 
 def configs():
-    """(name, variant, dtype, head dim, (BLOCK_M, BLOCK_N, STAGES), schedule): every schedule in RUN x production
-    tile, then the production template over SWEEP."""
+    """(name, variant, dtype, head dim, (BLOCK_M, BLOCK_N, STAGES), schedule): every schedule x production tile,
+    then the production template over SWEEP."""
     def entry(sched, d, causal, tiles):
         kind = "causal" if causal else "plain"
         bm, bn, st = tiles
         return f"{sched}_{kind}_bf16_d{d}_{bm}x{bn}s{st}", Variant(causal=causal), DType.bf16, d, tiles, sched
 
-    for sched in RUN:
+    for sched in SCHEDULES:
         for (d, causal), tiles in TILES.items():
             yield entry(sched, d, causal, tiles)
     for (d, causal), sweep in SWEEP.items():
@@ -73,6 +86,8 @@ def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
     if "only" in spec and not spec["only"](plan):
         return None
     saved_env = kernel._environment
+    kernel._SCHEDULE_OVERRIDES.clear()
+    kernel._SCHEDULE_OVERRIDES.update(spec.get("options", {}))
     try:
         if "template" in spec:  # an older template from versions/, under the production name
             env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(HERE / "versions"), str(kernel.TEMPLATES)]),
@@ -84,6 +99,7 @@ def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
         source, manifest = render(plan)
     finally:
         kernel._environment = saved_env
+        kernel._SCHEDULE_OVERRIDES.clear()
     q_buffers = spec.get("flags", {}).get("q_buffers", 1)
     if q_buffers == 2:  # the second Q buffer is only used where it fits, as the session-4 template had it
         extra = plan.block_m * kernel.chunks(d) * 64 * dtype.itemsize + 16
@@ -91,6 +107,9 @@ def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
             manifest.launches[0].smem_bytes += extra
         else:
             source = source.replace("constexpr int Q_BUFFERS = 2;", "constexpr int Q_BUFFERS = 1;")
+    if spec.get("flags", {}).get("dynamic"):  # the dynamic schedule's counter: a reset launch and the workspace
+        manifest.launches.insert(0, Launch(kernel=f"{plan.name}_reset", grid=("1", "1", "1"), threads=32))
+        manifest.workspace_floats = "1"
     if sched == "v1":  # one CTA per work tile
         manifest.launches[0].grid = (f"cdiv(N, {bm})", "H", "B")
     kdir = out / name
@@ -114,7 +133,9 @@ def compile_one(kdir: Path) -> str:
 if __name__ == "__main__":
     out = Path(sys.argv[1])
     wanted = set(sys.argv[2:])
-    todo = [c for c in configs() if not wanted or c[0] in wanted]
+    # names, or schedule prefixes ("D0_" builds every D0 kernel); none: the schedules in RUN at the production tiles
+    todo = [c for c in configs() if (any(c[0] == w or c[0].startswith(w) for w in wanted) if wanted
+                                     else c[5] in RUN and c[4] == TILES[(c[3], c[1].causal)])]
     kdirs = [k for k in (render_one(out, *c) for c in todo) if k is not None]
     with ThreadPoolExecutor(2) as ex:
         for line in ex.map(compile_one, kdirs):

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One device call of Hopper kernel development: the prebuilt kernels under .dev/hopper (hopper_build.py) checked and
 # timed on the GPU (hopper_dev.py), each in its own process under a timeout (a deadlocked kernel costs one slot,
-# not the call). Run from the repo root with carry [".whl", ".dev"].
+# not the call, and the other kernels of its schedule, the name's prefix before "_", are skipped). Run from the repo
+# root with carry [".whl", ".dev/hopper"].
+#   KERNELS="name ..."   these, in this order (default: every kernel under .dev/hopper)
 #   FULL="name ..."      also the harness's whole verification on those kernels
 #   BASELINES="prefix"   kernels whose name starts with it are timed beside cuDNN and FLASH (default: all)
 #   BENCH=0              no timing
@@ -14,14 +16,18 @@ log=$OUT/hopper-dev.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$log"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'triton', triton.__version__)" | tee -a "$log"
 mkdir -p /tmp/res
-for d in .dev/hopper/*/; do
+deadlocked=" "
+for d in ${KERNELS:-.dev/hopper/*/}; do
   name=$(basename "$d")
+  d=.dev/hopper/$name
+  sched=${name%%_*}
+  case "$deadlocked" in *" $sched "*) echo "$name: skipped (schedule $sched timed out before)" | tee -a "$log"; continue;; esac
   flags=""
   [ "${BENCH:-1}" = 1 ] && flags="--bench"
   case "$name" in "${BASELINES:-}"*) ;; *) flags="$flags --no-baselines";; esac
   case " ${FULL:-} " in *" $name "*) flags="$flags --full";; esac
   timeout "${KTIMEOUT:-150}" python3 benchmarks/kernel_dev/hopper_dev.py "$d" $flags --out "/tmp/res/$name.json" 2>&1 | tee -a "$log"
-  [ "${PIPESTATUS[0]}" = 124 ] && echo "$name: TIMEOUT (deadlock?)" | tee -a "$log"
+  if [ "${PIPESTATUS[0]}" = 124 ]; then echo "$name: TIMEOUT (deadlock?)" | tee -a "$log"; deadlocked="$deadlocked$sched "; fi
 done
 python3 -c "
 import json, glob, os

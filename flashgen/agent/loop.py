@@ -16,16 +16,24 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError
 
 from flashgen import prompts
 from flashgen.abi import SIZE_NAMES, KernelManifest, fields_outline, validation_error_lines
 from flashgen.agent.extract import extract
-from flashgen.agent.messages import ChatMessage, DeadlineExceeded, ModelRequest, Provider, ProviderError, Task
+from flashgen.agent.messages import (
+    ChatMessage,
+    DeadlineExceeded,
+    ModelRequest,
+    NoFurtherReply,
+    Provider,
+    ProviderError,
+    Task,
+)
 from flashgen.agent.trace import RunTrace
-from flashgen.errors import Interrupted
+from flashgen.errors import Interrupted, UsageError
 from flashgen.harness.environment import Environment, Timing, Verification, manifest_from_json
 from flashgen.operators import SIZE_FUNCTIONS
 from flashgen.prompts.internal import for_model, for_model_code
@@ -34,6 +42,8 @@ from flashgen.targets import writes_role_dataflow
 from flashgen.variant import __doc__ as VARIANT_CONVENTIONS
 
 Phase = Literal["sketch", "params", "translate"]
+# every phase needs one accepted reply before the first kernel exists: the fewest model calls that can make one
+MIN_MODEL_CALLS = len(get_args(Phase))
 KEEP_EXCHANGES = 2  # repair rounds kept in a conversation besides its opening prompt
 WALL_GRACE_S = 5.0  # how long a step may outlive --max-wall before the watchdog stops it
 REPLY_HEAD_CHARS = 2000  # what the record keeps of a reply refused for its size
@@ -42,10 +52,20 @@ _SEMANTICS = VARIANT_CONVENTIONS[VARIANT_CONVENTIONS.index("- Q is"):].strip()
 
 
 class Budget(BaseModel):
+    # at least 1 here: a resume may go on one step at a time; a new run needs MIN_MODEL_CALLS (check_makes_a_kernel)
     max_iters: int = Field(default=12, ge=1, description="model calls")
     max_tokens: int | None = Field(default=None, ge=1)
     max_cost_usd: float | None = Field(default=None, gt=0)
     max_wall_s: float | None = Field(default=None, gt=0)
+
+
+def check_makes_a_kernel(max_iters: int, flag: str | None = None) -> None:
+    """Refuse, before any model call, an iteration budget too small to make a kernel (a run that could only end in
+    'no kernel'), as one line naming the minimum and `flag` (the CLI's '--max-iters'; else the API's max_iters)."""
+    if max_iters < MIN_MODEL_CALLS:
+        given = f"{flag} {max_iters}" if flag else f"max_iters={max_iters}"
+        raise UsageError(f"{given}: too small to make a kernel, which takes at least {MIN_MODEL_CALLS} model calls "
+                         f"(one per phase: {', '.join(get_args(Phase))}); give {MIN_MODEL_CALLS} or more")
 
 
 class LoopConfig(BaseModel):
@@ -55,6 +75,9 @@ class LoopConfig(BaseModel):
     max_no_code: int = Field(default=3, ge=1, description="replies without usable code tolerated in a row")
     max_reply_chars: int = Field(default=200_000, ge=1000, description="a longer reply is refused: recorded by its "
                                  "head and hash only, never sent back in a prompt")
+    reference_tl: str | None = Field(default=None, description="a full TL program whose fp64 interpretation the CPU "
+                                     "check and the GPU verification compare with (flashgen build: the user's program, "
+                                     "when it computes something its Variant does not describe); None: the variant's")
 
 
 class Candidate(BaseModel):
@@ -89,6 +112,8 @@ class LoopState(BaseModel):
                                       "(translate: its ```json manifest)")
     repeats: int = Field(default=0, description="replies in a row that repeated the previous one after a repair prompt")
     best: Candidate | None = None
+    candidates_compiled: int = Field(default=0, description="candidates that compiled (the summary's 'of K')")
+    candidates_verified: int = Field(default=0, description="candidates that passed verification on a GPU")
     status: Literal["running", "done", "budget", "failed", "error", "interrupted"] = "running"
     reason: str = ""
 
@@ -105,6 +130,8 @@ class LoopResult(BaseModel):
     iterations: int
     tokens: int
     cost_usd: float | None
+    candidates_compiled: int = 0
+    candidates_verified: int = 0
     resume: dict[str, Any] = Field(default_factory=dict, description="helps (bool) and how: whether --resume can help")
 
 
@@ -179,7 +206,10 @@ class Loop:
                     break
                 except ProviderError as exc:
                     tick()
-                    if isinstance(exc, DeadlineExceeded) and exc.wall:
+                    if isinstance(exc, NoFurtherReply):  # nothing asked of a model: no model call counted
+                        s.iterations -= 1
+                        self._stop("failed", str(exc))
+                    elif isinstance(exc, DeadlineExceeded) and exc.wall:
                         self._end_kind = "wall-time"
                         self._stop("budget", f"wall-time budget spent ({s.elapsed_s:.0f} s, waiting for the model at "
                                              f"the {self._stage} step)")
@@ -212,7 +242,9 @@ class Loop:
         result = LoopResult(run_id=self.trace.run_id, task=self.task,
                             provider={"name": self.provider.name, "model": self.provider.model}, status=s.status,
                             reason=s.reason, best=s.best, sketch=s.sketch, tl=s.tl, iterations=s.iterations,
-                            tokens=s.input_tokens + s.output_tokens, cost_usd=cost, resume=resume)
+                            tokens=s.input_tokens + s.output_tokens, cost_usd=cost,
+                            candidates_compiled=s.candidates_compiled, candidates_verified=s.candidates_verified,
+                            resume=resume)
         self.trace.finish(s.status, {"reason": s.reason, "iterations": s.iterations, "tokens": result.tokens,
                                      "cost_usd": cost, "has_kernel": s.best is not None, "resume": resume})
         return result
@@ -377,7 +409,8 @@ class Loop:
             return
         if s.next_stage.get("params") == "repair_slow" and tl.split() == (s.tl or "").split():
             return self._stop("done", "no faster program proposed after the timing feedback")
-        check = self.env.check_tl(tl, t.variant, self.target, t.dtype, t.head_dim, full=True)
+        reference = {"reference_tl": self.config.reference_tl} if self.config.reference_tl else {}
+        check = self.env.check_tl(tl, t.variant, self.target, t.dtype, t.head_dim, full=True, **reference)
         if not check.ok:
             return self._repair("params", check.repair or "repair_check", diagnostics=check.diagnostics,
                                 excerpt=check.excerpt, summary=check.summary, shape=check.shape)
@@ -399,9 +432,12 @@ class Loop:
             errors = validation_error_lines(exc, KernelManifest)
             return self._repair("translate", "repair_compile", feedback="the manifest is invalid",
                                 manifest_errors=errors)
+        if self.config.reference_tl and manifest.reference_tl is None:  # a model's manifest: the checked TL is it
+            manifest = manifest.model_copy(update={"reference_tl": s.tl})
         build = self.env.build(cuda, manifest, self.target)
         if not build.ok:
             return self._repair("translate", "repair_compile", feedback=build.feedback, manifest_errors=[])
+        s.candidates_compiled += 1
         self.trace.event("candidate", {"iteration": s.iterations, "resources": build.resources},
                          artifacts={"kernel.tl": s.tl or "", "kernel.cu": cuda, "manifest.json": manifest.model_dump_json()})
         candidate = Candidate(iteration=s.iterations, sketch=s.sketch or "", tl=s.tl or "", cuda=cuda,
@@ -415,6 +451,7 @@ class Loop:
         candidate.verification = self.env.verify(cuda, manifest, build)
         if not candidate.verification.ok:
             return self._repair("translate", "repair_wrong", summary=candidate.verification.summary)
+        s.candidates_verified += 1
         candidate.timing = timing = self.env.bench(cuda, manifest, build, self.target)
         if s.best is None or not s.best.verification.ok or _faster(candidate, s.best):
             s.best = candidate

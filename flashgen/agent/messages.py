@@ -34,6 +34,12 @@ class DeadlineExceeded(ProviderError):
         self.wall = wall
 
 
+class NoFurtherReply(ProviderError):
+    """The provider has nothing to answer this request with (`flashgen build` without a model: the user's program
+    was all it had, and it needs repair). The loop ends the run as failed, with this message as the reason; `--resume
+    N --provider P --model M` asks a model the request instead."""
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: Literal["system", "user", "assistant"]

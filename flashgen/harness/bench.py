@@ -257,7 +257,18 @@ def hopper_suite() -> list[tuple[DType, Variant, Shape]]:
     return out
 
 
-SUITE_GRIDS = {"fa2": fa2_suite, "hopper": hopper_suite}
+def variants_suite() -> list[tuple[DType, Variant, Shape]]:
+    """The variants beside the plain kernel at one shape (bf16, d128, N = M = 4k, B = 4, H = 16): sliding window 256,
+    ALiBi, softcap 30 and GQA 8:1, each expected within 10 % of the plain kernel's TF/s (the mask, bias and score
+    code stays off the full tiles)."""
+    shape = Shape(B=4, H=16, N=4096, M=4096, D=128)
+    variants = (Variant(), Variant(causal=True), Variant(causal=True, window=256), Variant(alibi=True),
+                Variant(softcap=30.0), Variant(kv_group=8))
+    return [(DType.bf16, v, shape.model_copy(update={"KVH": shape.H // v.kv_group}) if v.kv_group > 1 else shape)
+            for v in variants]
+
+
+SUITE_GRIDS = {"fa2": fa2_suite, "hopper": hopper_suite, "variants": variants_suite}
 
 
 def default_output_path(env: dict[str, Any], name: str, root: str | Path = "benchmarks/results") -> Path:

@@ -11,6 +11,7 @@ from rich.table import Table
 from flashgen.console import out as console
 from flashgen.console import styled
 from flashgen.errors import FlashgenError, InputError, UsageError, read_text_input
+from flashgen.harness.bench_tables import print_bench, print_compiled
 
 
 def load_kernel_dir(path: str):
@@ -75,7 +76,7 @@ def register(app: typer.Typer) -> None:
     def bench_command(kernel_dirs: list[str] = typer.Argument(None, help="kernel directories (kernel.cu + manifest.json); "
                                                               "or `report RESULTS.json...` to render suite results"),
                       shapes: str = typer.Option(None, help='e.g. "B=8,H=16,N=2048,M=2048,D=128;B=4,..."'),
-                      suite: str = typer.Option(None, help="a preset: fa2, or hopper (with d256). Without kernel directories our kernels are "
+                      suite: str = typer.Option(None, help="a preset: fa2, hopper (with d256), or variants (the variants beside plain at bf16 d128 4k). Without kernel directories our kernels are "
                                                 "built for it (expert pipeline), verified and timed"),
                       gpu: str = typer.Option(None, help="the GPU the suite builds for (default: the one present)"),
                       arch_path: str = typer.Option(None, help="suite: the code path to build, sm_90, sm_80 or sm_75 "
@@ -176,7 +177,7 @@ def register(app: typer.Typer) -> None:
         path = Path(out) if out else default_output_path(merged.env, suite or "_".join(k.label for k in runnable)[:60])
         _write_text(path, merged.model_dump_json(indent=2))
         store.finish_run(run_id, "ok", {"json": str(path)})
-        print_bench(merged)
+        print_bench(merged, console)
         console.print(f"wrote {path}; recorded as run {run_id}", style="dim")
 
     @runs_app.command("list")
@@ -355,7 +356,7 @@ def _suite(suite: str, gpu: str | None, arch_path: str | None, select: str | Non
 
         get_target(gpu)
         kernels = suite_mod.compile_suite(gpu, suite, arch_path, select, jobs)
-        print_compiled(kernels)
+        print_compiled(kernels, console)
         bad = [k for k in kernels if k.build_error or not k.compiled]
         if bad:
             raise FlashgenError(f"{len(bad)} of {len(kernels)} suite kernels did not build or compile: "
@@ -408,40 +409,3 @@ def _report(paths: list[str], doc: str | None) -> None:
             console.print(line)
     if doc:
         console.print(f"wrote {doc}", style="dim")
-
-
-def print_compiled(kernels) -> None:
-    """Per suite kernel: the code path, registers, smem, spills, compile time or the error."""
-    table = Table(title="suite kernels (built and compiled)")
-    for col in ("dtype", "variant", "D", "written for", "built for", "regs", "smem B", "spills", "s", "problem"):
-        table.add_column(col)
-    for k in kernels:
-        res = next(iter(k.compile.get("resources", {}).values()), {})
-        spill = res.get("spill_store_bytes", 0) + res.get("spill_load_bytes", 0) if res else 0
-        problem = k.build_error or k.compile.get("error") or ""
-        table.add_row(k.dtype, k.variant, str(k.head_dim), k.arch or "-", k.compile.get("arch", "-"),
-                      str(res.get("registers", "-")), str(res.get("shared_static_bytes", "-")),
-                      str(spill) if res else "-", str(k.compile.get("seconds", "-")), str(problem.splitlines()[0][:80]
-                                                                                             if problem else ""))
-    console.print(table)
-
-
-def print_bench(report) -> None:
-    """Ours beside each baseline, with speedups (the baseline's time / ours: > 1 means ours is faster)."""
-    table = Table(title=f"flashgen bench on {report.env.get('gpu')} (target {report.target or '?'}); "
-                        "× = this row's time / ours (> 1: ours is faster)")
-    for col in ("dtype", "variant", "shape", "name", "median ms", "IQR ms", "TFLOP/s", "% roofline", "× (this/ours)", "note"):
-        table.add_column(col)
-    for (dtype, variant, shape), entries in report.groups().items():
-        ours = [e for e in entries if e.kind == "kernel" and e.ok]
-        ref = ours[0].stats.median_ms if ours else None
-        for e in entries:
-            if e.stats is None:
-                table.add_row(dtype, variant, shape, e.name, "-", "-", "-", "-", "-", (e.skipped or e.error or "")[:70])
-                continue
-            ratio = f"{e.stats.median_ms / ref:.2f}" if ref and e.kind == "baseline" else ""
-            note = ("UNDERTIMED: " + e.stats.note) if e.stats.undertimed else e.note
-            table.add_row(dtype, variant, shape, e.name, f"{e.stats.median_ms:.4g}",
-                          f"{e.stats.q1_ms:.3g}-{e.stats.q3_ms:.3g}", f"{e.tflops:.1f}" if e.tflops else "-",
-                          f"{e.roofline_pct:.0f}" if e.roofline_pct is not None else "-", ratio, note[:70])
-    console.print(table)

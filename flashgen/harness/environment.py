@@ -205,7 +205,11 @@ class Environment:
 
         return parse(text, filename)
 
-    def check_tl(self, text: str, variant: Variant, target, dtype: DType, head_dim: int, full: bool) -> CpuCheck:
+    def check_tl(self, text: str, variant: Variant, target, dtype: DType, head_dim: int, full: bool,
+                 reference_tl: str | None = None) -> CpuCheck:
+        """Parse; for a full program also check it and interpret it on the CPU against the fp64 reference: the
+        variant's (flashgen.reference), or with `reference_tl` that program's own fp64 interpretation on the same
+        inputs (a kernel computing what no Variant describes; the program itself when it is that text)."""
         from flashgen.tl_spec.diagnostics import (
             TLRuntimeError,
             TLSyntaxError,
@@ -234,6 +238,9 @@ class Environment:
         from flashgen.reference import attention
         from flashgen.tl_spec.interpreter import interpret
 
+        reference = None  # the reference program, when it is another text than this one
+        if reference_tl is not None and reference_tl.split() != text.split():
+            reference = self.parse(reference_tl, "reference.tl")
         for i, shape in enumerate(interpret_shapes(variant, head_dim)):
             try:
                 result = interpret(program, shape, seed=i)
@@ -241,7 +248,11 @@ class Environment:
                 return CpuCheck(ok=False, repair="repair_interpret", shape=_shape_text(shape),
                                 summary=f"the interpreter stopped: {exc}")
             q, k, v = (result.inputs[name] for name in ("Q", "K", "V"))
-            want_o, want_lse = attention(q, k, v, variant, result.scale)
+            if reference_tl is None:
+                want_o, want_lse = attention(q, k, v, variant, result.scale)
+            else:  # the program's own fp64 meaning (or the reference program's): still every output written, finite
+                wanted = result.outputs if reference is None else _defined_by(reference, shape, result)
+                want_o, want_lse = np.asarray(wanted["O"], dtype=np.float64), wanted.get("LSE")
             lse = result.outputs.get("LSE") if variant.return_lse else None
             check = compare_outputs(np.asarray(result.outputs["O"], dtype=np.float64), want_o, dtype, variant, shape.M,
                                     lse=None if lse is None else np.asarray(lse, dtype=np.float64),
@@ -328,6 +339,15 @@ class Environment:
             self._gpu_worker = GpuWorker()
         return self._gpu_worker
 
+    def gpu_name(self) -> str | None:
+        """The name of the GPU that verify and bench ran on (asked of their worker, so that CUDA stays out of this
+        process), or None: no worker ran, or it cannot tell."""
+        worker = getattr(self, "_gpu_worker", None)
+        if worker is None:
+            return None
+        result = worker.call("flashgen.harness.device:environment_info", timeout_s=60)
+        return (result.value or {}).get("gpu") if result.ok and isinstance(result.value, dict) else None
+
     def verify(self, source: str, manifest: KernelManifest, build: Build) -> Verification:
         from flashgen.harness.worker import KernelInput
 
@@ -359,6 +379,22 @@ class Environment:
         from flashgen.harness.store import Store
 
         return Store(path) if path is not None else Store()
+
+
+def _defined_by(reference, shape: Shape, result) -> dict[str, Any]:
+    """The reference program's fp64 outputs on `result`'s inputs, and `result`'s own where the reference defines
+    nothing: values it leaves unwritten (NaN), or all of them when it does not run (a user's broken program is the
+    reference of its repair only where it means something)."""
+    from flashgen.tl_spec.diagnostics import TLRuntimeError
+    from flashgen.tl_spec.interpreter import interpret
+
+    try:
+        ref = interpret(reference, shape, inputs=result.inputs, scale=result.scale).outputs
+    except (TLRuntimeError, UsageError):
+        return result.outputs
+    own = result.outputs
+    return {name: np.where(np.isnan(value), own[name], value) if name in own and np.shape(own[name]) == np.shape(value)
+            else value for name, value in ref.items()}
 
 
 def _timing_from(report, shape: Shape, manifest: KernelManifest) -> Timing:

@@ -36,6 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from flashgen.errors import UsageError
+from flashgen.operators import FUNCTIONS
 from flashgen.targets import Target
 from flashgen.variant import DType, Norm, Variant
 
@@ -52,7 +53,7 @@ EXPR_NAMES = frozenset({
 C_BUILTINS = frozenset({
     "fmaxf", "fminf", "fabsf", "expf", "exp2f", "__expf", "__exp2f", "logf", "log2f", "__logf", "tanhf",
     "sqrtf", "rsqrtf", "min", "max", "abs", "float", "int", "true", "false", "INFINITY",
-})
+}) | {part for f in FUNCTIONS.values() if f.c_float for name in f.c_float for part in name.split("::")}
 
 
 class ScoreMod(BaseModel):
@@ -61,7 +62,7 @@ class ScoreMod(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="what it is, for comments in the generated source: 'softcap', 'alibi'")
-    expr: str = Field(description="C float expression giving the new s, e.g. '30.0f * tanhf(s * (1.0f / 30.0f))'")
+    expr: str = Field(description="C float expression giving the new s, e.g. '30.0f * fg::tanh_fast(s * (1.0f / 30.0f))'")
     uses_positions: bool = Field(description="True when expr reads qpos/kpos/diag (the kernel then computes them "
                                  "for every element of every tile, not only on boundary tiles)")
 
@@ -193,7 +194,8 @@ def score_mods_for(variant: Variant) -> tuple[list[ScoreMod], list[Prologue]]:
     prologue: list[Prologue] = []
     if variant.softcap is not None:
         c = variant.softcap
-        mods.append(ScoreMod(name="softcap", expr=f"{_cfloat(c)} * tanhf(s * {_cfloat(1.0 / c)})", uses_positions=False))
+        tanh = FUNCTIONS["tanh"].c_float[0]
+        mods.append(ScoreMod(name="softcap", expr=f"{_cfloat(c)} * {tanh}(s * {_cfloat(1.0 / c)})", uses_positions=False))
     if variant.alibi:
         prologue.append(Prologue(ctype="float", name="alibi_slope", expr="exp2f(-8.0f * (float)(head + 1) / (float)heads)"))
         mods.append(ScoreMod(name="alibi", expr="s - alibi_slope * fabsf((float)(qpos + diag - kpos))",

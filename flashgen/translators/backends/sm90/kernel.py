@@ -42,11 +42,30 @@ def chunks(head_dim: int) -> int:
     return -(-head_dim // 64)
 
 
-def smem_bytes(plan: KernelPlan) -> int:
-    """Q, STAGES x (K, V), the barriers (Q full and empty; per stage K and V full and empty), and slack to align
-    the tiles to 1024 bytes."""
+def smem_bytes(plan: KernelPlan, o_via_tma: bool | None = None) -> int:
+    """Q, STAGES x (K, V), O's staging tile when O leaves through TMA (`o_via_tma`, default: as the plan renders),
+    the barriers (Q full and empty; per stage K and V full and empty), and slack to align the tiles to 1024 bytes."""
+    if o_via_tma is None:
+        o_via_tma = schedule(plan)["o_via_tma"]
     row = chunks(plan.head_dim) * 64 * plan.dtype.itemsize
-    return (plan.block_m + 2 * plan.stages * plan.block_n) * row + 8 * (2 + 4 * plan.stages) + 1024
+    o_rows = plan.block_m if o_via_tma else 0
+    return (plan.block_m + 2 * plan.stages * plan.block_n + o_rows) * row + 8 * (2 + 4 * plan.stages) + 1024
+
+
+def schedule(plan: KernelPlan) -> dict:
+    """The template's switches. o_via_tma: O is staged in shared memory (laid out as Q) and written by TMA stores
+    wherever that tile fits beside Q and the stages; elsewhere (d128 128x176, d256 128x80) the consumers store it
+    from registers. Measured on the H200 (NOTES.md, session 5): +18 % at causal d128 N = 512, +11 % at 1k, +2-4 %
+    at d64, within noise at 16k."""
+    options = dict(o_via_tma=True)
+    options.update(_SCHEDULE_OVERRIDES)
+    if options["o_via_tma"] and smem_bytes(plan, True) > plan.target.smem_per_block_bytes:
+        options["o_via_tma"] = False
+    return options
+
+
+# Development builds (benchmarks/kernel_dev/hopper_build.py) set these to try a schedule; empty in production.
+_SCHEDULE_OVERRIDES: dict = {}
 
 
 def threads(plan: KernelPlan) -> int:
@@ -85,8 +104,9 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
     (and so `validate`) accepted: call it through flashgen.translators.render.render."""
     n_consumers = consumers(plan)
     softmax = plan.norm.kind is NormKind.softmax
+    options = schedule(plan)
     context = dict(
-        plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
+        **options, plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
         chunks=chunks(plan.head_dim), producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers],
         reverse_m=plan.variant.causal, softmax=softmax, raw_scores=softmax and not plan.score_mods,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.head_dim,)),
@@ -95,11 +115,12 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
     manifest = KernelManifest(
         name=plan.name, arch=plan.target.feature_arch or "sm_90a", dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
         launches=[Launch(kernel=plan.name, grid=(grid_x(plan), "1", "1"), threads=threads(plan),
-                         smem_bytes=smem_bytes(plan))],
+                         smem_bytes=smem_bytes(plan, options["o_via_tma"]))],
         params={"BLOCK_M": plan.block_m, "BLOCK_N": plan.block_n, "WARPS": plan.warps,
                 "STAGES": plan.stages, "GROUP_HEADS": plan.group_heads},
         tensor_maps=[TensorMapSpec(tensor="q", box_rows=plan.block_m), TensorMapSpec(tensor="k", box_rows=plan.block_n),
-                     TensorMapSpec(tensor="v", box_rows=plan.block_n)],
+                     TensorMapSpec(tensor="v", box_rows=plan.block_n),
+                     *([TensorMapSpec(tensor="o", box_rows=64)] if options["o_via_tma"] else [])],
         notes=NOTES.format(consumers=n_consumers),
     )
     return source, manifest

@@ -64,6 +64,8 @@ __device__ __forceinline__ void store_4d(const void* map, const void* smem_src, 
 }
 __device__ __forceinline__ void store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// The committed stores have read their shared memory (it may be written again); the global writes may still fly.
+__device__ __forceinline__ void store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 // Ordinary shared-memory stores (the epilogue's) must be ordered before the copy engine reads them.
 __device__ __forceinline__ void fence_shared_for_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 }  // namespace tma
