@@ -1,4 +1,4 @@
-"""The plan's C pieces, run as host C (gcc), compute what the TL says.
+"""The plan's C pieces, run as host C++ (g++, tests/host_c.py), compute what the TL says.
 
 For every library program, and for custom TL programs, the lowered plan's prologue, score mods,
 visibility, p expression, key-tile range and mask_tile are emulated element by element over small
@@ -22,8 +22,9 @@ from flashgen.tl_spec import library
 from flashgen.tl_spec.parser import parse
 from flashgen.translators import lower
 from flashgen.variant import Norm
+from tests import host_c
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+pytestmark = pytest.mark.skipif(host_c.CXX is None, reason="needs g++")
 
 SHAPES = [(70, 150), (150, 70), (3, 130)]
 HEADS = 2
@@ -73,17 +74,15 @@ static void run_{i}(int seqlen_q, int seqlen_k, FILE* f) {{
 
 def _run_plans(plans, tmp_path) -> list[dict]:
     """Compile one host program for all plans and shapes; returns per (plan, shape) parsed results."""
-    parts = ["#include <math.h>", "#include <stdio.h>", "#include <stdlib.h>", "#include <stdbool.h>",
-             "static inline int max(int a, int b) { return a > b ? a : b; }",
-             "static inline int min(int a, int b) { return a < b ? a : b; }"]
+    parts = [host_c.PRELUDE]
     parts += [_c_function(i, p) for i, p in enumerate(plans)]
     calls = []
     for i in range(len(plans)):
         for j, (n, m) in enumerate(SHAPES):
             calls.append(f'  {{ FILE* f = fopen("out_{i}_{j}.txt", "w"); run_{i}({n}, {m}, f); fclose(f); }}')
     parts.append("int main(void) {\n" + "\n".join(calls) + "\n  return 0;\n}")
-    (tmp_path / "emu.c").write_text("\n".join(parts))
-    r = subprocess.run(["gcc", "-O1", "-std=c99", "-w", "-o", "emu", "emu.c", "-lm"], check=False, cwd=tmp_path,
+    (tmp_path / "emu.cpp").write_text("\n".join(parts))
+    r = subprocess.run([*host_c.COMPILE, "-o", "emu", "emu.cpp", "-lm"], check=False, cwd=tmp_path,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[:3000]
     subprocess.run(["./emu"], cwd=tmp_path, check=True)
