@@ -1,14 +1,23 @@
 """The library job's figures (docs/batch.md), in one run:
 
-    python benchmarks/library_scaling.py [--jobs N] [--only FILTER] [--skip-sequential] [--nvcc K] [--out FILE.json]
+    python benchmarks/library_scaling.py [--jobs N] [--only FILTER] [--skip-sequential] [--skip-library] [--nvcc [K]]
+                                         [--out FILE.json]
 
 1. generated/'s spec (40 entries, CPU only: the expert's TL, the CPU checks, translation, nvcc) built by the library
    job on N build processes (default: the usable cores), against today's one-by-one regeneration
    (flashgen.regenerate.regenerate, entry after entry, one process), each with a cold compile cache of its own and
    the same scratch record; the two outputs are compared file by file. The ratio is sequential / library wall time.
-2. With --nvcc K: nvcc throughput against cores: K distinct kernel sources (generated/'s kernel.cu files, compiled
-   for their own arch) compiled one at a time, then K at a time on N threads, cold caches; the efficiency is
-   (K / wall at N) / (N x K / wall at 1), the goal 0.8 or more.
+2. With --nvcc: nvcc throughput against cores. K compiles, each a real one (cold caches of their own, no cache
+   hit): every distinct committed kernel source under generated/ for its own arch (24 of the 40 entries: h100 and
+   h200, t4 and rtx8000 share their sources), and where those are fewer than K, each again with a define of its own
+   (-DFLASHGEN_SCALING_COPY=i: the same work, another cache key). K defaults to those or 4 x N, whichever is more;
+   fewer than 4 x N is refused (with K near N the wall at N is the longest single compile, an sm_90a kernel's ~3x
+   an sm_80 one's, and says nothing about throughput). The K compiles run one at a time, then on N threads (one pool
+   over every arch), in the same order. Reported: both walls; the makespan bound at N, max(the one-at-a-time
+   compile seconds / N, the longest single compile); the list schedule of the one-at-a-time compile seconds on N
+   threads (the wall at N if compiles did not slow each other); each compile's mean seconds at 1 and at N (how much
+   running N at once slows each); the efficiency raw, (K / wall at N) / (N x K / wall at 1) (issue 16's goal: 0.8
+   or more), and against the bound, bound / wall at N.
 """
 
 from __future__ import annotations
@@ -56,26 +65,78 @@ def library(scratch: Path, paths: list[str], jobs: int):
     return time.monotonic() - started, summary
 
 
-def nvcc_throughput(scratch: Path, count: int, jobs: int) -> dict:
-    from flashgen.harness.compile import compile_many
+def distinct_kernels() -> list[tuple[str, str, str]]:
+    """(folder, source, arch) of generated/'s kernels, one per distinct (arch, source): h100's and h200's kernels
+    (and t4's and rtx8000's) are one source each, which would be one compile and a cache hit."""
+    kernels, seen = [], set()
+    for path in sorted((REPO / "generated").glob("*/*/*/kernel.cu")):
+        arch, source = json.loads((path.parent / "manifest.json").read_text())["arch"], path.read_text()
+        if (arch, source) not in seen:
+            seen.add((arch, source))
+            kernels.append((path.parent.relative_to(REPO / "generated").as_posix(), source, arch))
+    return kernels
 
-    sources = sorted((REPO / "generated").glob("*/*/*/kernel.cu"))[:count]
-    by_arch: dict[str, list[str]] = {}
-    for path in sources:
-        arch = json.loads((path.parent / "manifest.json").read_text())["arch"]
-        by_arch.setdefault(arch, []).append(path.read_text())
-    out = {}
+
+def nvcc_jobs(count: int) -> list[tuple[str, str, str, list[str]]]:
+    """(label, source, arch, nvcc options) x `count`: the distinct kernels for their own arch (evenly spread over
+    them when `count` is fewer), then again, each copy with its own define."""
+    kernels = distinct_kernels()
+    out = []
+    for i in range(count):
+        copy, k = divmod(i, len(kernels)) if count >= len(kernels) else (0, i * len(kernels) // count)
+        label, source, arch = kernels[k]
+        out.append((label + (f"#{copy}" if copy else ""), source, arch,
+                    [f"-DFLASHGEN_SCALING_COPY={copy}"] if copy else []))
+    return out
+
+
+def list_schedule(seconds: list[float], threads: int) -> float:
+    """The makespan of running these durations in this order on `threads` threads (each takes the next job when
+    free): the wall at N if the compiles did not slow each other."""
+    import heapq
+
+    free = [0.0] * threads
+    for s in seconds:
+        heapq.heappush(free, heapq.heappop(free) + s)
+    return max(free)
+
+
+def nvcc_throughput(scratch: Path, count: int, jobs: int) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from flashgen.harness.compile import compile_cuda
+
+    work = nvcc_jobs(count)
+    runs = {}
     for n in (1, jobs):
-        os.environ["FLASHGEN_CACHE_DIR"] = str(scratch / f"nvcc-cache-{n}")
+        os.environ["FLASHGEN_CACHE_DIR"] = str(scratch / f"nvcc-cache-{n}")  # cold, its own: every compile is real
         started = time.monotonic()
-        results = [r for arch, texts in by_arch.items() for r in compile_many(texts, arch, jobs=n)]
-        out[n] = {"wall_s": round(time.monotonic() - started, 2), "ok": sum(r.ok for r in results),
-                  "compiles": len(results)}
-    rate1 = out[1]["compiles"] / out[1]["wall_s"]
-    rate_n = out[jobs]["compiles"] / out[jobs]["wall_s"]
-    return {"kernels": len(sources), "jobs": jobs, "one_at_a_time": out[1], "parallel": out[jobs],
-            "compiles_per_s_1": round(rate1, 3), "compiles_per_s_n": round(rate_n, 3),
-            "efficiency": round(rate_n / (jobs * rate1), 3)}
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            results = list(pool.map(lambda job: compile_cuda(job[1], job[2], options=job[3]), work))
+        wall = time.monotonic() - started
+        seconds = [r.seconds for r in results]
+        runs[n] = {"wall_s": round(wall, 2), "compiles": len(results), "ok": sum(r.ok for r in results),
+                   "cache_hits": sum(r.cache_hit for r in results), "compile_s_sum": round(sum(seconds), 2),
+                   "compile_s_mean": round(sum(seconds) / len(seconds), 3), "compile_s_max": round(max(seconds), 2),
+                   "longest": work[seconds.index(max(seconds))][0], "seconds": [round(x, 3) for x in seconds]}
+    one, par = runs[1], runs[jobs]
+    longest = one["compile_s_max"]
+    bound = max(one["compile_s_sum"] / jobs, longest)  # no schedule of these compiles on N threads is shorter
+    by_arch: dict[str, list[float]] = {}
+    for (_label, _source, arch, _opts), s in zip(work, one["seconds"], strict=True):
+        by_arch.setdefault(arch, []).append(s)
+    return {"compiles": len(work), "jobs": jobs, "distinct_kernels": len({w[0].split("#")[0] for w in work}),
+            "archs": {a: {"compiles": len(v), "mean_s": round(sum(v) / len(v), 2)} for a, v in sorted(by_arch.items())},
+            "one_at_a_time": {k: v for k, v in one.items() if k != "seconds"},
+            "parallel": {k: v for k, v in par.items() if k != "seconds"},
+            "makespan_bound_s": round(bound, 2), "longest_compile_s": longest,
+            "list_schedule_s": round(list_schedule(one["seconds"], jobs), 2),
+            "slowdown_per_compile": round(par["compile_s_mean"] / one["compile_s_mean"], 3),
+            "compiles_per_s_1": round(len(work) / one["wall_s"], 3),
+            "compiles_per_s_n": round(len(work) / par["wall_s"], 3),
+            "efficiency": round(one["wall_s"] / (jobs * par["wall_s"]), 3),
+            "efficiency_vs_bound": round(bound / par["wall_s"], 3),
+            "seconds_1": one["seconds"], "seconds_n": par["seconds"], "labels": [w[0] for w in work]}
 
 
 def main() -> int:
@@ -83,7 +144,10 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--only", default="", help="entries whose path contains this (default: all 40)")
     parser.add_argument("--skip-sequential", action="store_true")
-    parser.add_argument("--nvcc", type=int, default=0, help="also time K nvcc compiles, 1 vs N at a time")
+    parser.add_argument("--skip-library", action="store_true", help="only the nvcc step (with --nvcc)")
+    parser.add_argument("--nvcc", type=int, nargs="?", const=-1, default=0, metavar="K",
+                        help="also time K nvcc compiles, 1 vs N at a time (default K: the committed kernels or 4 x N, "
+                             "whichever is more; at least 4 x N)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     from flashgen import regenerate
@@ -91,19 +155,26 @@ def main() -> int:
     from flashgen.library.engines import usable_cpus
 
     jobs = args.jobs or usable_cpus()
+    nvcc_count = max(len(distinct_kernels()), 4 * jobs) if args.nvcc == -1 else args.nvcc
+    if args.nvcc and nvcc_count < 4 * jobs:
+        parser.error(f"--nvcc {nvcc_count}: at least 4 x N = {4 * jobs} compiles (with K near N the wall at N is the "
+                     "longest single compile); --nvcc alone takes the default")
+    if args.skip_library and not args.nvcc:
+        parser.error("--skip-library leaves nothing to measure without --nvcc")
     paths = [regenerate.relative_dir(*e).as_posix() for e in regenerate.entries()
              if args.only in regenerate.relative_dir(*e).as_posix()]
     result: dict = {"machine": {"cpus": usable_cpus(), "os_cpus": os.cpu_count(), "python": platform.python_version(),
                                 "load_before": os.getloadavg()}, "entries": len(paths), "jobs": jobs}
     scratch = Path(tempfile.mkdtemp(prefix="flashgen-scaling-"))
     try:
-        lib_s, summary = library(scratch, paths, jobs)
-        result["library"] = {"wall_s": round(lib_s, 2), "built": summary.built, "failed": summary.failed,
-                             "plan_s": summary.plan_s, "build_work_s": summary.build_cpu_s,
-                             "per_entry_s": [r.seconds for r in summary.rows]}
-        print(f"library job: {len(paths)} entries in {lib_s:.1f} s on {jobs} build processes "
-              f"({summary.build_cpu_s:.0f} s of build work, plan {summary.plan_s:.1f} s)", flush=True)
-        if not args.skip_sequential:
+        if not args.skip_library:
+            lib_s, summary = library(scratch, paths, jobs)
+            result["library"] = {"wall_s": round(lib_s, 2), "built": summary.built, "failed": summary.failed,
+                                 "plan_s": summary.plan_s, "build_work_s": summary.build_cpu_s,
+                                 "per_entry_s": [r.seconds for r in summary.rows]}
+            print(f"library job: {len(paths)} entries in {lib_s:.1f} s on {jobs} build processes "
+                  f"({summary.build_cpu_s:.0f} s of build work, plan {summary.plan_s:.1f} s)", flush=True)
+        if not args.skip_sequential and not args.skip_library:
             seq_s = sequential(scratch, paths)
             differ = [f"{p}/{f}" for p in paths for f in FILES
                       if (scratch / "seq" / p / f).read_bytes() != (scratch / "lib" / p / f).read_bytes()]
@@ -113,14 +184,22 @@ def main() -> int:
             print(f"one by one: {seq_s:.1f} s; ratio {seq_s / lib_s:.2f}x; outputs differ: {differ or 'none'}",
                   flush=True)
         if args.nvcc:
-            result["nvcc"] = nvcc_throughput(scratch, args.nvcc, jobs)
-            print(f"nvcc: {json.dumps(result['nvcc'])}", flush=True)
+            result["nvcc"] = nv = nvcc_throughput(scratch, nvcc_count, jobs)
+            print(f"nvcc: {nv['compiles']} compiles ({nv['distinct_kernels']} kernels): "
+                  f"{nv['one_at_a_time']['wall_s']} s one at a time, {nv['parallel']['wall_s']} s on {jobs} threads "
+                  f"(bound {nv['makespan_bound_s']} s, longest compile {nv['longest_compile_s']} s, list schedule "
+                  f"{nv['list_schedule_s']} s, each compile {nv['slowdown_per_compile']}x slower); efficiency "
+                  f"{nv['efficiency']} raw, {nv['efficiency_vs_bound']} against the bound; cache hits "
+                  f"{nv['one_at_a_time']['cache_hits']} + {nv['parallel']['cache_hits']}", flush=True)
         result["machine"]["load_after"] = os.getloadavg()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "library"}, indent=1))
+    shown = {k: v for k, v in result.items() if k != "library"}
+    if "nvcc" in shown:
+        shown["nvcc"] = {k: v for k, v in shown["nvcc"].items() if k not in ("seconds_1", "seconds_n", "labels")}
+    print(json.dumps(shown, indent=1))
     return 0
 
 

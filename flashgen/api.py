@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flashgen.abi import KernelManifest
 from pydantic import ValidationError
 
+from flashgen.abi import KernelManifest
 from flashgen.errors import FlashgenError, UsageError, pydantic_message
 from flashgen.variant import DType, Variant, make_variant, parse_dtype
 
@@ -36,6 +36,8 @@ class Kernel:
         self.tl, self.sketch, self.source, self.manifest = tl, sketch, source, manifest
         self.report, self.meta, self.out_dir, self.run_id = report, meta, out_dir, run_id
         self.summary = summary
+        # the softmax scale it was generated (checked, verified, timed) with, when given: a call's default
+        self.softmax_scale: float | None = meta.get("softmax_scale")
         self._launcher = None
 
     @property
@@ -47,7 +49,8 @@ class Kernel:
         kernel's dtype, zero-copy, on the arrays' current stream: torch tensors, anything with
         __cuda_array_interface__ (cupy, pycuda GPUArray, numba, jax) or DLPack; all three of one kind. O and LSE come
         back as that kind (torch, cupy, pycuda, numba; a cupy array for jax and other kinds). Running needs cupy (the
-        gpu extra); torch is optional. A bad array is an ArrayError (a ValueError), one line."""
+        gpu extra); torch is optional. A bad array is an ArrayError (a ValueError), one line. `scale`: the softmax
+        scale (None: the one `generate` was given, else 1/sqrt(D))."""
         from flashgen.harness.device import (
             ArrayError,
             _check_tensor,
@@ -77,7 +80,7 @@ class Kernel:
         b, h, n, d = views["q"].shape
         o = empty_like(q, (b, h, n, d), self.manifest.dtype.value)
         lse = empty_like(q, (b, h, n), "fp32") if self.manifest.variant.return_lse else None
-        launch(self.manifest, self._launcher, q, k, v, o, lse, scale=scale)
+        launch(self.manifest, self._launcher, q, k, v, o, lse, scale=self.softmax_scale if scale is None else scale)
         return (o, lse) if lse is not None else o
 
     def __repr__(self) -> str:
@@ -112,8 +115,10 @@ def check_out_dir(out: str | Path, name: str = "out") -> None:
         raise UsageError(f"{name} {out}: folder not writable ({probe}: {exc.strerror or exc})") from None
 
 
-def default_out_dir(target_name: str, dtype: DType, variant: Variant, head_dim: int) -> Path:
-    return Path("generated") / target_name / dtype.value / f"{variant.name}_d{head_dim}"
+def default_out_dir(target_name: str, dtype: DType, variant: Variant, head_dim: int, mods=None) -> Path:
+    """generated/GPU/DTYPE/VARIANT_dD; with score or mask functions (flashgen.mods) VARIANT_modHASH_dD."""
+    tag = f"_{mods.tag}" if mods is not None else ""
+    return Path("generated") / target_name / dtype.value / f"{variant.name}{tag}_d{head_dim}"
 
 
 def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int = DEFAULT_HEAD_DIM, *,
@@ -123,7 +128,9 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
              max_tokens: int | None = None, max_cost_usd: float | None = None, max_wall_s: float | None = None,
              goal_speedup: float = 1.0, out: str | Path | None = None, resume: str | None = None,
              request_timeout_s: float | None = None, retries: int | None = None,
-             store=None, env=None, progress=None) -> Kernel:
+             score_mod: str | None = None, mask_mod: str | None = None, params: dict[str, Any] | None = None,
+             store=None, env=None, progress=None, window_size: tuple[int, int] | None = None,
+             softmax_scale: float | None = None, split_kv: bool = False, num_splits: int | None = None) -> Kernel:
     """Generate (or, with `resume`, finish generating) a kernel; writes its files to `out` when given (atomically,
     holding a lock on the folder for the whole run: a second writer is refused).
 
@@ -132,16 +139,25 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
     before any model call. `provider` (default expert), `model` and `base_url`: on `resume`, given ones replace the
     provider the run last used (recorded with the resume). `request_timeout_s` and `retries` shape a model
     provider's HTTP calls (RetryPolicy).
+    FlashAttention's interface: `window_size=(left, right)`, -1 for an unbounded side (with `causal` the right side is
+    0; (W - 1, 0) is window=W; docs/variants.md); `softmax_scale` (default 1/sqrt(D)): the scale the CPU check,
+    verification and timing run with, recorded in meta.json and the returned Kernel's default; `split_kv`: split-KV
+    decode, `num_splits` its fixed split count (default: chosen by the sizes at each launch). On `resume` the run's
+    recorded ones hold: these are refused there.
+    Score and mask functions (flashgen.mods, docs/variants.md): `score_mod` an expression over the score s, q_idx,
+    k_idx, b, h and the sizes, `mask_mod` a condition over the same, `params` {NAME: number} constants they read;
+    written into the kernel's TL, which is then its own fp64 reference; a bad one is a UsageError before any model
+    call. On `resume` the run's own hold: these are refused there.
     Raises FlashgenError subclasses (one line) for bad input and for a run that ends without a kernel;
     flashgen.errors.Interrupted (a KeyboardInterrupt) when SIGINT stops the run, after recording it."""
     from contextlib import nullcontext
 
-    from flashgen.harness.environment import Environment
     from flashgen.agent.loop import Budget, LoopConfig, check_makes_a_kernel, resume_loop, run_loop
     from flashgen.agent.outputs import out_lock, write_outputs
     from flashgen.agent.providers import RetryPolicy, Task, make_provider
     from flashgen.agent.summary import summarize
     from flashgen.errors import Interrupted
+    from flashgen.harness.environment import Environment
 
     env = env or Environment()
     progress = progress or (lambda _msg: None)
@@ -166,24 +182,40 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
 
     budget = {k: v for k, v in (("max_iters", max_iters), ("max_tokens", max_tokens), ("max_cost_usd", max_cost_usd),
                                 ("max_wall_s", max_wall_s)) if v is not None}
+    runtime = {k: v for k, v in (("softmax_scale", softmax_scale), ("num_splits", num_splits)) if v is not None}
+    if resume is not None and runtime:
+        raise UsageError(f"{', '.join(runtime)}: a resume runs with the run's recorded settings; give them to a new run")
+    if resume is not None and (score_mod is not None or mask_mod is not None or params):
+        raise UsageError("score_mod, mask_mod, params: a resume keeps the run's own functions; give them to a new run")
     task = config = None
     if resume is None:
+        from flashgen.mods import make_mods
+
+        mods = make_mods(score_mod, mask_mod, params)  # a bad expression: one line, before any work
         target = env.target(gpu)
         dtype_value = parse_dtype(dtype)
         if head_dim < 1:
             raise UsageError(f"head dim must be positive, got {head_dim}")
         variant = make_variant(causal=causal, window=window, alibi=alibi, softcap=softcap, norm=norm, lse=lse,
-                               kv_group=kv_group)
+                               kv_group=kv_group, window_size=window_size, split_kv=split_kv)
+        if num_splits is not None and not variant.split_kv:
+            raise UsageError(f"num_splits {num_splits}: only for split-KV decode (split_kv=True, --split-kv)")
         env.check_supported(variant, target, dtype_value, head_dim)
         if out is not None:
             check_out_dir(out)
         task = Task(variant=variant, target=target.name, arch=target.arch, dtype=dtype_value, head_dim=head_dim)
         try:
-            config = LoopConfig(task=task, goal_speedup=goal_speedup, budget=Budget(**budget))
+            config = LoopConfig(task=task, goal_speedup=goal_speedup, budget=Budget(**budget), **runtime)
         except ValidationError as exc:
             first = exc.errors()[0]
             raise UsageError(f"{first['loc'][-1]}={first.get('input')!r}: {pydantic_message(first)}") from None
         check_makes_a_kernel(config.budget.max_iters)
+        if mods is not None:  # the functions: the run's reference is the TL they make, interpreted in fp64
+            from flashgen.mods import announce, reference_program
+
+            config.task = task = task.model_copy(update={"mods": mods})
+            config.reference_tl = reference_program(mods, variant, target, dtype_value, head_dim, env)
+            announce(mods, config.reference_tl, progress)
     elif out is not None:
         check_out_dir(out)
     out_dir = Path(out) if out is not None else None
@@ -251,7 +283,6 @@ def build(tl: str | Path, gpu: str, dtype: str, *, out: str | Path | None = None
     files go (none written without it)."""
     import os
     from contextlib import nullcontext
-
     from typing import get_args
 
     from flashgen.agent.loop import Budget, LoopConfig, Phase, run_loop

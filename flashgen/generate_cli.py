@@ -30,6 +30,19 @@ def register(app: typer.Typer) -> None:
         kv_group: opts.KvGroup = None,
         norm: opts.NormName = "softmax",
         lse: opts.Lse = False,
+        split_kv: opts.SplitKv = False,
+        num_splits: int | None = typer.Option(None, "--num-splits", help="split-KV: this many splits whatever the "
+                                              "sizes (default: chosen at each launch from B, H, N and M)"),
+        softmax_scale: float | None = typer.Option(None, "--softmax-scale", help="the softmax scale the CPU check, "
+                                                   "verification and timing use (default 1/sqrt(D)); in meta.json"),
+        score_mod: str | None = typer.Option(None, "--score-mod", help="a score function: an expression over the "
+                                             "score s, q_idx, k_idx, b, h, the sizes and --param names, e.g. "
+                                             "'s + 0.25 * cos(k_idx)' (docs/variants.md)"),
+        mask_mod: str | None = typer.Option(None, "--mask-mod", help="a mask function: a condition over the same "
+                                            "names, e.g. 'q_idx // DOC == k_idx // DOC'; keys where it is false are "
+                                            "masked"),
+        param: list[str] | None = typer.Option(None, "--param", help="NAME=VALUE: a constant the functions read "
+                                               "(repeatable)"),
         provider: str | None = typer.Option(None, "--provider", help="expert (default) | openai | anthropic | "
                                             "openai-compatible; on --resume: go on with this one instead of the "
                                             "run's"),
@@ -70,6 +83,13 @@ def register(app: typer.Typer) -> None:
         if max_iters is not None and resume is None:  # a resume's budget counts the calls already made
             check_makes_a_kernel(max_iters, "--max-iters")
         check_option("--goal", goal, LoopConfig, "goal_speedup")
+        for flag, field, value in (("--softmax-scale", "softmax_scale", softmax_scale),
+                                   ("--num-splits", "num_splits", num_splits)):
+            if value is not None:
+                check_option(flag, value, LoopConfig, field)
+        if num_splits is not None and not split_kv and resume is None:
+            raise UsageError(f"--num-splits {num_splits}: only with --split-kv")
+        width, window_size = opts.window_from_option(window)
         if request_timeout is not None:
             check_option("--request-timeout", request_timeout, RetryPolicy, "timeout_s")
         if retries is not None and not 0 <= retries <= 99:
@@ -78,14 +98,22 @@ def register(app: typer.Typer) -> None:
             check_base_url(base_url)
         if head_dim < 1:
             raise UsageError(f"--head-dim {head_dim}: must be a positive integer")
+        mods, mod_args = None, {}
+        if score_mod is not None or mask_mod is not None or param:  # score and mask functions (flashgen.mods)
+            from flashgen.mods import make_mods, params_from_options
+
+            if resume is not None:
+                raise UsageError("--score-mod, --mask-mod and --param start a new run; a resume keeps the run's own")
+            mod_args = {"score_mod": score_mod, "mask_mod": mask_mod, "params": params_from_options(param)}
+            mods = make_mods(**mod_args, cli=True)  # a bad expression: one line, exit 2, before any model call
         env = Environment()
         if resume is None:
             target = env.target(gpu)
             variant = opts.variant_from_options(causal=causal, window=window, alibi=alibi, softcap=softcap,
                                                 kv_heads=kv_heads, heads=heads, kv_group=kv_group, norm=norm,
-                                                lse=lse)
+                                                lse=lse, split_kv=split_kv)
             if out is None:
-                out = default_out_dir(target.name, parse_dtype(dtype), variant, head_dim)
+                out = default_out_dir(target.name, parse_dtype(dtype), variant, head_dim, mods=mods)
         if resume is not None and out is None:
             raise UsageError("--resume needs --out (where the finished kernel goes)")
         check_out_dir(out, "--out")
@@ -96,11 +124,13 @@ def register(app: typer.Typer) -> None:
                 status.update(styled(message))
 
             try:
-                kernel = generate(gpu=gpu, dtype=dtype, head_dim=head_dim, causal=causal, window=window, alibi=alibi,
+                kernel = generate(gpu=gpu, dtype=dtype, head_dim=head_dim, causal=causal, window=width, alibi=alibi,
                                   softcap=softcap, kv_group=group, norm=norm, lse=lse, provider=provider, model=model,
                                   base_url=base_url, max_iters=max_iters, max_tokens=max_tokens, max_cost_usd=max_cost,
                                   max_wall_s=max_wall, goal_speedup=goal, out=out, resume=resume,
-                                  request_timeout_s=request_timeout, retries=retries, env=env, progress=progress)
+                                  request_timeout_s=request_timeout, retries=retries, env=env, progress=progress,
+                                  window_size=window_size, softmax_scale=softmax_scale, split_kv=split_kv,
+                                  num_splits=num_splits, **mod_args)
             except Interrupted as exc:  # recorded by the loop; typer would swallow a KeyboardInterrupt's message
                 raise Stopped(str(exc), exc.signal_name) from None
         if as_json:  # stdout stays one JSON object: the summary as data, nothing printed beside it

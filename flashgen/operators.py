@@ -96,6 +96,8 @@ FUNCTIONS: dict[str, Function] = {f.name: f for f in (
     # fg::tanh_fast (flashgen/common.cuh): 1 - 2 / (2^(2x log2 e) + 1), one EX2 and one RCP, absolute error ~1e-7;
     # tanhf's polynomial made softcap kernels run at half the plain kernel's speed (NOTES.md, session 5)
     Function("tanh", 1, math.tanh, np.tanh, sfu=True, c_float=("fg::tanh_fast", "fg::tanh_fast")),
+    Function("cos", 1, math.cos, np.cos, sfu=True, c_float=("cosf", "__cosf")),
+    Function("sin", 1, math.sin, np.sin, sfu=True, c_float=("sinf", "__sinf")),
     Function("abs", 1, abs, np.abs),
     Function("relu", 1, lambda x: max(x, 0.0), lambda x: np.maximum(x, 0.0)),
     Function("sigmoid", 1, lambda x: 1.0 / (1.0 + math.exp(-x)), _sigmoid, sfu=True),

@@ -20,6 +20,10 @@ def visible_mask(n: int, m: int, variant: Variant) -> np.ndarray:
         visible &= kpos <= qpos
     if variant.window is not None:
         visible &= (qpos - kpos) < variant.window
+    if variant.window_left is not None:  # FlashAttention's window_size=(left, right), not causal
+        visible &= kpos >= qpos - variant.window_left
+    if variant.window_right is not None:
+        visible &= kpos <= qpos + variant.window_right
     return visible
 
 

@@ -183,6 +183,8 @@ def _clamped_sum(first: int, count: int, top: int) -> int:
 def visible_work(variant: Variant, n: int, m: int) -> VisibleWork:
     if n <= 0 or m <= 0:
         return VisibleWork(pairs=0, rows=0, keys=0, counted_pairs=0.0)
+    if variant.two_sided:
+        return _two_sided_work(variant, n, m)
     if not variant.causal:
         return VisibleWork(pairs=n * m, rows=n, keys=m, counted_pairs=float(n * m))
     offset = m - n
@@ -195,6 +197,20 @@ def visible_work(variant: Variant, n: int, m: int) -> VisibleWork:
     keys = m - first_key if rows else 0
     counted = n * m / 2 if n == m and variant.window is None else float(pairs)
     return VisibleWork(pairs=pairs, rows=rows, keys=keys, counted_pairs=counted)
+
+
+def _two_sided_work(variant: Variant, n: int, m: int) -> VisibleWork:
+    """FlashAttention's window size (left, right): row i (at key position p = i + M - N) sees the keys
+    max(0, p - left) .. min(M - 1, p + right), none when p + right < 0; an unbounded side reaches past every key."""
+    offset = m - n
+    left = n + m if variant.window_left is None else variant.window_left
+    right = n + m if variant.window_right is None else variant.window_right
+    # keys below min(max(p + right + 1, 0), M), less those below min(max(p - left, 0), M)
+    pairs = _clamped_sum(offset + right + 1, n, m) - _clamped_sum(offset - left, n, m)
+    first_row = min(n, max(0, -offset - right))  # the rows before it see no key
+    rows = n - first_row
+    keys = m - max(0, first_row + offset - left) if rows else 0  # every row's window ends at or past its own key
+    return VisibleWork(pairs=pairs, rows=rows, keys=keys, counted_pairs=float(pairs))
 
 
 def attention_flops(shape: Shape, causal: bool | Variant = False) -> float:

@@ -13,6 +13,11 @@ Conventions (docs/variants.md says the same in prose):
 - relu: P = relu(s) / M over visible keys (ReLU attention, scaled by key length).
 - sigmoid: P = sigmoid(s - log(M)) over visible keys (sigmoid attention with bias -log M).
 - A row that sees no key returns O = 0 and, for softmax, LSE = -inf.
+
+Two-sided windows (the prompts add this line only for a task that has one):
+- Two-sided window (window_left L, window_right R; a side not given is unbounded; FlashAttention's window
+  size (L, R), -1 for unbounded): key j visible iff i + M - N - L <= j <= i + M - N + R (and j < M).
+  Not causal: the causal forms are the sliding window W, which is (W - 1, 0), and causal alone, (-1, 0).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import math
 from enum import Enum
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from flashgen.errors import UsageError
 
@@ -54,6 +59,13 @@ class Variant(BaseModel):
     kv_group: int = Field(default=1, ge=1, description="query heads per kv head: 1 = MHA, H = MQA")
     return_lse: bool = False
     split_kv: bool = False
+    # FlashAttention's window_size=(left, right) where it is not causal: keys i + M - N - left .. i + M - N + right
+    # (None: that side unbounded). Left out of every dump while unset, so that the manifests, meta.json and records
+    # of the other variants keep their bytes.
+    window_left: int | None = Field(default=None, ge=0, description="two-sided window (not causal): keys visible "
+                                    "before the row's own position; null: unbounded")
+    window_right: int | None = Field(default=None, ge=0, description="two-sided window (not causal): keys visible "
+                                     "after the row's own position; null: unbounded")
 
     @field_validator("softcap", mode="before")
     @classmethod
@@ -71,7 +83,46 @@ class Variant(BaseModel):
             raise ValueError("the log-sum-exp output exists only for softmax")
         if self.split_kv and self.norm is not Norm.softmax:
             raise ValueError("split-KV combine needs softmax's log-sum-exp")
+        if self.two_sided:
+            if self.window is not None:
+                raise ValueError("give window=W (the causal window) or window_left/window_right, not both")
+            if self.causal:
+                raise ValueError("window_left/window_right are the non-causal window: with causal, give window=W "
+                                 "(FlashAttention's window size (W - 1, 0))")
+            if self.window_right == 0:
+                raise ValueError("window_right=0 is causal: give causal and window=W with W = window_left + 1 "
+                                 "(no window_left: causal alone)")
+            if self.split_kv:
+                raise ValueError("split-KV decode takes no window")
         return self
+
+    @model_serializer(mode="wrap")
+    def _unset_windows_left_out(self, handler):
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in ("window_left", "window_right"):
+                if data.get(key, 0) is None:
+                    del data[key]
+        return data
+
+    def __repr_args__(self):  # the repr too (test ids, kernel-hash keys) shows the two-sided fields only when set
+        return [(k, v) for k, v in super().__repr_args__() if not (k in ("window_left", "window_right") and v is None)]
+
+    @property
+    def two_sided(self) -> bool:
+        """A window bounded by window_left and/or window_right (FlashAttention's window_size, not causal)."""
+        return self.window_left is not None or self.window_right is not None
+
+    @property
+    def window_size(self) -> tuple[int, int] | None:
+        """FlashAttention's window_size=(left, right), -1 for an unbounded side; None without a window (plain, or
+        causal alone: FlashAttention's (-1, 0) with causal=True)."""
+        if self.window is not None:
+            return (self.window - 1, 0)
+        if self.two_sided:
+            return (-1 if self.window_left is None else self.window_left,
+                    -1 if self.window_right is None else self.window_right)
+        return None
 
     @property
     def name(self) -> str:
@@ -81,6 +132,9 @@ class Variant(BaseModel):
             parts.append("decode_splitkv")
         if self.window is not None:
             parts.append(f"window{self.window}")
+        elif self.two_sided:  # window64l32r: 64 keys left, 32 right; window128l: 128 left, the right unbounded
+            parts.append("window" + "".join(f"{n}{side}" for n, side in ((self.window_left, "l"),
+                                                                          (self.window_right, "r")) if n is not None))
         elif self.causal:
             parts.append("causal")
         if self.alibi:
@@ -148,20 +202,85 @@ def alibi_slope(head: int, heads: int) -> float:
 
 # From the words a user types (CLI flags, flashgen.generate's arguments); a bad one is a UsageError (one line)
 
+class WindowSize(BaseModel):
+    """FlashAttention's window_size=(left, right) as a caller gives it: integers, -1 for an unbounded side."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    left: int = Field(ge=-1, description="keys visible before the row's own position; -1: unbounded")
+    right: int = Field(ge=-1, description="keys visible after the row's own position; -1: unbounded")
+
+    @model_validator(mode="after")
+    def _a_window(self) -> WindowSize:
+        if self.left == -1 and self.right == -1:
+            raise ValueError("both sides unbounded is no window: leave it out (causal alone for the causal mask)")
+        return self
+
+    def fields(self, causal: bool) -> dict:
+        """The Variant fields of this window (with `causal` as given): FlashAttention's rules, in canonical form.
+        Causal bounds the right side at the row's own position, so it makes the right side 0; a right side of 0
+        is the causal window W = left + 1 (causal alone when left is unbounded); else the two-sided form."""
+        right = 0 if causal else self.right
+        if right == 0:
+            return {"causal": True, "window": None if self.left == -1 else self.left + 1}
+        return {"causal": False, "window_left": None if self.left == -1 else self.left,
+                "window_right": None if right == -1 else right}
+
+
+def parse_window_size(value, flag: str = "window_size") -> WindowSize:
+    """(left, right) (a pair of ints, -1 unbounded) or the CLI's text 'LEFT,RIGHT' -> WindowSize; anything else is
+    a UsageError naming `flag`, in one line."""
+    from flashgen.errors import pydantic_message, shown
+
+    given = value if isinstance(value, str) else shown(value)
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",")]
+        if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
+            raise UsageError(f"{flag} {value}: expected LEFT,RIGHT, two integers with -1 for an unbounded side "
+                             "(e.g. 128,-1 or 64,64), or a single W for the causal window")
+        value = tuple(int(p) for p in parts)
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise UsageError(f"{flag} {given}: expected (left, right), two integers with -1 for an unbounded side")
+    import numbers
+
+    left, right = (int(x) if isinstance(x, numbers.Integral) and not isinstance(x, bool) else x for x in value)
+    try:
+        return WindowSize(left=left, right=right)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        side = "".join(str(x) for x in first.get("loc", ()))
+        where = f"{side} {shown(first.get('input'))}" if side else ""
+        raise UsageError(f"{flag} {given}: {where + ': ' if where else ''}{pydantic_message(first)}") from None
+
+
 def make_variant(*, causal: bool = False, window: int | None = None, alibi: bool = False,
                  softcap: float | None = None, norm: str = "softmax", lse: bool = False, kv_group: int = 1,
-                 names: dict[str, str] | None = None) -> Variant:
+                 names: dict[str, str] | None = None, window_size=None, split_kv: bool = False) -> Variant:
     """A Variant from the CLI's flags; an impossible combination is a UsageError (one line), a refused field
-    named by `names` (field -> flag, e.g. softcap -> --softcap) with the value given and its allowed range."""
+    named by `names` (field -> flag, e.g. softcap -> --softcap) with the value given and its allowed range.
+    `window_size`: FlashAttention's (left, right), -1 unbounded (WindowSize.fields says what it becomes; with
+    `window` too it is refused). `split_kv`: split-KV decode, which returns the LSE (its combine needs it)."""
     from flashgen.errors import pydantic_message, shown
 
     try:
         norm_value = Norm(norm)
     except ValueError:
         raise UsageError(f"unknown norm {norm!r}; choose softmax, relu or sigmoid") from None
+    fields = {"causal": causal, "window": window}
+    if window_size is not None:
+        flag = (names or {}).get("window_size", "window_size")
+        if window is not None:
+            raise UsageError(f"give {(names or {}).get('window', 'window')} W or {flag} (left, right), not both")
+        fields = parse_window_size(window_size, flag).fields(causal)
+    if split_kv:
+        if fields.get("causal") or fields.get("window") is not None or fields.get("window_left") is not None \
+                or fields.get("window_right") is not None:
+            raise UsageError(f"{(names or {}).get('split_kv', 'split_kv')}: split-KV decode takes no causal mask or "
+                             "window (its program walks every key of its share)")
+        lse = True
     try:
-        return Variant(causal=causal, window=window, alibi=alibi, softcap=softcap, norm=norm_value,
-                       return_lse=lse, kv_group=kv_group)
+        return Variant(**fields, alibi=alibi, softcap=softcap, norm=norm_value, return_lse=lse, kv_group=kv_group,
+                       split_kv=split_kv)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = [str(x) for x in first.get("loc", ()) if x]

@@ -11,7 +11,9 @@ from flashgen.errors import UsageError
 from flashgen.variant import Variant, make_variant
 
 Causal = Annotated[bool, typer.Option("--causal", help="causal mask (bottom-right aligned)")]
-Window = Annotated[int | None, typer.Option("--window", help="sliding window in keys (needs --causal)")]
+Window = Annotated[str | None, typer.Option("--window", help="W: the causal sliding window of W keys (needs --causal); "
+                                            "LEFT,RIGHT: FlashAttention's window_size, -1 for an unbounded side, "
+                                            "e.g. 128,-1 or 64,64 (with --causal the right side is 0)")]
 Alibi = Annotated[bool, typer.Option("--alibi", help="ALiBi bias")]
 Softcap = Annotated[float | None, typer.Option("--softcap", help="logit softcap C")]
 KvHeads = Annotated[int | None, typer.Option("--kv-heads", help="KV heads (GQA/MQA; with --heads)")]
@@ -19,6 +21,8 @@ Heads = Annotated[int | None, typer.Option("--heads", help="query heads, to turn
 KvGroup = Annotated[int | None, typer.Option("--kv-group", help="query heads per KV head (GQA)")]
 NormName = Annotated[str, typer.Option("--norm", help="softmax | relu | sigmoid")]
 Lse = Annotated[bool, typer.Option("--lse", help="also return the log-sum-exp")]
+SplitKv = Annotated[bool, typer.Option("--split-kv", help="split-KV decode: the keys split into chunks computed in "
+                                       "parallel, then combined (returns the LSE; no --causal or --window)")]
 
 
 def kv_group_from(kv_heads: int | None, heads: int | None, kv_group: int | None) -> int:
@@ -40,13 +44,29 @@ def kv_group_from(kv_heads: int | None, heads: int | None, kv_group: int | None)
     return heads // kv_heads
 
 
-def variant_from_options(*, causal: bool, window: int | None, alibi: bool, softcap: float | None,
+def window_from_option(window: str | int | None) -> tuple[int | None, str | None]:
+    """--window's value -> (W, None) for a bare W (the causal sliding window, today's meaning) or (None, 'LEFT,RIGHT')
+    for FlashAttention's window_size (flashgen.variant.parse_window_size reads it); anything else is one line."""
+    if window is None or isinstance(window, int):
+        return window, None
+    text = window.strip()
+    if "," in text:
+        return None, text
+    if not text.lstrip("-").isdigit():
+        raise UsageError(f"--window {window}: expected W (an integer: the causal window of W keys) or LEFT,RIGHT "
+                         "(two integers, -1 for an unbounded side, e.g. 128,-1)")
+    return int(text), None
+
+
+def variant_from_options(*, causal: bool, window: str | int | None, alibi: bool, softcap: float | None,
                          kv_heads: int | None, heads: int | None, kv_group: int | None, norm: str,
-                         lse: bool) -> Variant:
-    return make_variant(causal=causal, window=window, alibi=alibi, softcap=softcap, norm=norm, lse=lse,
-                        kv_group=kv_group_from(kv_heads, heads, kv_group), names=FLAGS)
+                         lse: bool, split_kv: bool = False) -> Variant:
+    width, window_size = window_from_option(window)
+    return make_variant(causal=causal, window=width, alibi=alibi, softcap=softcap, norm=norm, lse=lse,
+                        kv_group=kv_group_from(kv_heads, heads, kv_group), names=FLAGS, window_size=window_size,
+                        split_kv=split_kv)
 
 
 # the flag of each Variant field, so that a refused value is named as the user typed it
 FLAGS = {"causal": "--causal", "window": "--window", "alibi": "--alibi", "softcap": "--softcap", "norm": "--norm",
-         "kv_group": "--kv-group", "return_lse": "--lse"}
+         "kv_group": "--kv-group", "return_lse": "--lse", "window_size": "--window", "split_kv": "--split-kv"}

@@ -95,3 +95,23 @@ def test_ray_accelerator_types_are_rays_own_names():
                  "NVIDIA GeForce RTX 4090", "NVIDIA L4", "NVIDIA A10"):
         assert ray_type_of_name(name) == manager._gpu_name_to_accelerator_type(name), name
     assert set(RAY_ACCELERATOR_TYPES) <= set(TARGETS)
+
+
+def test_ray_engine_runs_the_search_on_the_gpu_tasks_and_builds_the_winner(cluster, monkeypatch):
+    """tuned = "search": the candidates as a CPU task, their timing as a GPU task of the entry's accelerator type, the
+    build with the winner as a CPU task again; a rerun keeps both entries without searching."""
+    from flashgen.library.engines import Stages
+
+    monkeypatch.setenv("FLASHGEN_HOME", str(cluster / "home"))
+    stages = Stages(build="tests.library_fakes:fake_build", worker="tests.library_fakes:make_worker",
+                    candidates="tests.library_fakes:fake_candidates")
+    spec = parse_spec({"gpus": ["h200"], "dtypes": ["fp16"], "variants": ["plain", "causal"], "head_dims": [64],
+                       "tuned": "search", "search": {"max_candidates": 3, "lengths": [1024]}})
+    lib = cluster / "searched"
+    summary = build(spec, lib, engine=RayEngine(stages=stages), store=False)
+    assert summary.searched == 2 and summary.failed == 0 and summary.gpu_run == 2
+    for e in read_index(lib).entries:
+        assert e.tuning["source"] == "search" and e.tuning["on"]["name"] == "H200 (Ray)"
+        assert e.parameters == e.tuning["winner"] and len(e.tuning["candidates"]) == 3
+    again = build(spec, lib, engine=RayEngine(stages=stages), store=False)
+    assert again.kept == 2 and again.searched == 0

@@ -207,3 +207,17 @@ def test_compact_parameter_labels_round_trip():
     assert kernel_name(CAUSAL, DType.bf16, 128, "sm_90", params).endswith("_m128n64w4s2q0g0")
     with pytest.raises(UsageError, match="BMxBNwWqQsS"):
         parse_compact_params("128x64 w4")
+
+
+def test_prepare_candidates_keeps_an_included_choice_past_the_candidate_budget():
+    """The search's CPU half (the library job runs it alone, then times on a GPU): the likeliest max_candidates, and
+    an `include` (the entry's packaged or default choice) even when the model ranks it lower."""
+    from flashgen.harness.tune import prepare_candidates
+
+    live = [r for r in screen_candidates(CAUSAL, "a100", DType.bf16, 128) if r.alive]
+    wanted = live[-1].params
+    records = prepare_candidates(CAUSAL, "a100", DType.bf16, 128, max_candidates=2, include=[wanted], compile=False)
+    kept = [r for r in records if r.alive]
+    assert [r.label for r in kept] == [live[0].label, live[1].label, live[-1].label]
+    assert all(r.source and r.manifest for r in kept)
+    assert sum(r.dropped == "budget: beyond max_candidates" for r in records) == len(live) - 3

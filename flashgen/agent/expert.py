@@ -25,13 +25,15 @@ class ExpertProvider:
     def complete(self, request: ModelRequest) -> ModelReply:
         task = request.task
         target = self.env.target(task.target)
+        mods = {"mods": task.mods} if task.mods is not None else {}  # score and mask functions, written into the TL
         if request.phase == "sketch":
-            tl = self.env.library_tl(task.variant, target, task.dtype, task.head_dim, form="sketch")
+            tl = self.env.library_tl(task.variant, target, task.dtype, task.head_dim, form="sketch", **mods)
             text = f"The dataflow of {task.variant.name} attention, as a sketch:\n\n```tl\n{tl.rstrip()}\n```\n"
         elif request.phase == "params":
             candidates = self.env.choose_params(task.variant, target, task.dtype, task.head_dim)
             params = self._next_params(candidates, request)
-            tl = self.env.library_tl(task.variant, target, task.dtype, task.head_dim, form="full", params=params)
+            tl = self.env.library_tl(task.variant, target, task.dtype, task.head_dim, form="full", params=params,
+                                     **mods)
             chosen = ", ".join(f"{k}={v}" for k, v in params.items())
             text = f"Full program for {target.marketing_name} with {chosen}:\n\n```tl\n{tl.rstrip()}\n```\n"
         else:

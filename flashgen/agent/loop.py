@@ -48,7 +48,9 @@ KEEP_EXCHANGES = 2  # repair rounds kept in a conversation besides its opening p
 WALL_GRACE_S = 5.0  # how long a step may outlive --max-wall before the watchdog stops it
 REPLY_HEAD_CHARS = 2000  # what the record keeps of a reply refused for its size
 # the conventions list of flashgen/variant.py, the one statement of what every variant computes
-_SEMANTICS = VARIANT_CONVENTIONS[VARIANT_CONVENTIONS.index("- Q is"):].strip()
+_SEMANTICS = VARIANT_CONVENTIONS[VARIANT_CONVENTIONS.index("- Q is"):VARIANT_CONVENTIONS.index("\nTwo-sided")].strip()
+# its two-sided window line, told only to a task that has one (the other prompts stay as they were)
+_TWO_SIDED = VARIANT_CONVENTIONS[VARIANT_CONVENTIONS.index("- Two-sided window"):].strip()
 
 
 class Budget(BaseModel):
@@ -78,6 +80,12 @@ class LoopConfig(BaseModel):
     reference_tl: str | None = Field(default=None, description="a full TL program whose fp64 interpretation the CPU "
                                      "check and the GPU verification compare with (flashgen build: the user's program, "
                                      "when it computes something its Variant does not describe); None: the variant's")
+    softmax_scale: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="the softmax scale the "
+                                        "CPU check, the GPU verification and the timing run with (the kernel takes it "
+                                        "at run time, FlashgenAttnParams.scale); None: 1/sqrt(D)")
+    num_splits: int | None = Field(default=None, ge=1, le=256, description="split-KV decode: this many splits, "
+                                   "whatever the sizes (the manifest's num_splits); None: the translator's expression "
+                                   "chooses by the sizes")
 
 
 class Candidate(BaseModel):
@@ -132,6 +140,8 @@ class LoopResult(BaseModel):
     cost_usd: float | None
     candidates_compiled: int = 0
     candidates_verified: int = 0
+    softmax_scale: float | None = Field(default=None, description="the caller's softmax scale (LoopConfig's)")
+    num_splits: int | None = Field(default=None, description="the caller's split-KV split count (LoopConfig's)")
     resume: dict[str, Any] = Field(default_factory=dict, description="helps (bool) and how: whether --resume can help")
 
 
@@ -244,6 +254,7 @@ class Loop:
                             reason=s.reason, best=s.best, sketch=s.sketch, tl=s.tl, iterations=s.iterations,
                             tokens=s.input_tokens + s.output_tokens, cost_usd=cost,
                             candidates_compiled=s.candidates_compiled, candidates_verified=s.candidates_verified,
+                            softmax_scale=self.config.softmax_scale, num_splits=self.config.num_splits,
                             resume=resume)
         self.trace.finish(s.status, {"reason": s.reason, "iterations": s.iterations, "tokens": result.tokens,
                                      "cost_usd": cost, "has_kernel": s.best is not None, "resume": resume})
@@ -410,7 +421,8 @@ class Loop:
         if s.next_stage.get("params") == "repair_slow" and tl.split() == (s.tl or "").split():
             return self._stop("done", "no faster program proposed after the timing feedback")
         reference = {"reference_tl": self.config.reference_tl} if self.config.reference_tl else {}
-        check = self.env.check_tl(tl, t.variant, self.target, t.dtype, t.head_dim, full=True, **reference)
+        check = self.env.check_tl(tl, t.variant, self.target, t.dtype, t.head_dim, full=True, **reference,
+                                  **self._scale())
         if not check.ok:
             return self._repair("params", check.repair or "repair_check", diagnostics=check.diagnostics,
                                 excerpt=check.excerpt, summary=check.summary, shape=check.shape)
@@ -434,6 +446,8 @@ class Loop:
                                 manifest_errors=errors)
         if self.config.reference_tl and manifest.reference_tl is None:  # a model's manifest: the checked TL is it
             manifest = manifest.model_copy(update={"reference_tl": s.tl})
+        if self.config.num_splits is not None and manifest.variant.split_kv:  # the caller's split count, fixed
+            manifest = manifest.model_copy(update={"num_splits": str(self.config.num_splits)})
         build = self.env.build(cuda, manifest, self.target)
         if not build.ok:
             return self._repair("translate", "repair_compile", feedback=build.feedback, manifest_errors=[])
@@ -448,11 +462,11 @@ class Loop:
             s.best = candidate
             self.trace.event("result", {"phase": "translate", "ok": True, "compiled": True, "verified": None})
             return self._stop("done", "compiled; no GPU, so the kernel was neither verified nor timed")
-        candidate.verification = self.env.verify(cuda, manifest, build)
+        candidate.verification = self.env.verify(cuda, manifest, build, **self._scale())
         if not candidate.verification.ok:
             return self._repair("translate", "repair_wrong", summary=candidate.verification.summary)
         s.candidates_verified += 1
-        candidate.timing = timing = self.env.bench(cuda, manifest, build, self.target)
+        candidate.timing = timing = self.env.bench(cuda, manifest, build, self.target, **self._scale())
         if s.best is None or not s.best.verification.ok or _faster(candidate, s.best):
             s.best = candidate
         self.trace.event("result", {"phase": "translate", "ok": True, "verified": True, "timing": timing.model_dump()})
@@ -466,14 +480,23 @@ class Loop:
                      roofline=("n/a" if timing.roofline_percent is None else f"{timing.roofline_percent:.0f}% of the bound"),
                      resources=build.resources, baseline=f"{best[0]} {best[1]:.4g} ms" if best else "none")
 
+    def _scale(self) -> dict[str, float]:
+        """The caller's softmax scale for the CPU check, verification and timing (nothing: they use 1/sqrt(D))."""
+        return {} if self.config.softmax_scale is None else {"scale": self.config.softmax_scale}
+
     def _opening_prompt(self, phase: str) -> str:
         """The step's first prompt: the task, and what the step needs of the language, the hardware and the
         harness (flashgen.prompts.rules decides which of the target's rules each step gets), free of the
         package's internal names (flashgen.prompts.internal)."""
         t, target = self.task, self.target
         common = dict(target=target, dtype=t.dtype.value, head_dim=t.head_dim, variant_name=t.variant.name,
-                      variant_lines=_variant_lines(t.variant), semantics=_SEMANTICS,
+                      variant_lines=_variant_lines(t.variant),
+                      semantics=_SEMANTICS + ("\n" + _TWO_SIDED if t.variant.two_sided else ""),
                       rules=rules_for(phase, target, t.dtype, t.variant))
+        if t.mods is not None:  # the score and mask functions, told with the task (the other prompts stay as they were)
+            from flashgen.mods import prompt_lines
+
+            common["mod_lines"] = prompt_lines(t.mods, t.variant)
         if phase in ("sketch", "params"):
             reference = reference_for(self.env.tl_reference(), target, t.dtype, t.variant)
             if phase == "sketch":

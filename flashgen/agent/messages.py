@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from flashgen.errors import FlashgenError
+from flashgen.mods import Mods
 from flashgen.variant import DType, Variant
 
 Stage = Literal["sketch", "params", "translate", "repair_syntax", "repair_check", "repair_interpret",
@@ -55,6 +56,15 @@ class Task(BaseModel):
     arch: str
     dtype: DType
     head_dim: int
+    mods: Mods | None = Field(default=None, description="score and mask functions on top of the variant "
+                              "(flashgen.mods); None: the variant alone")
+
+    @model_serializer(mode="wrap")
+    def _without_no_mods(self, handler):
+        data = handler(self)  # a task without functions is recorded as before they existed
+        if isinstance(data, dict) and data.get("mods", ...) is None:
+            del data["mods"]
+        return data
 
 
 class ModelRequest(BaseModel):

@@ -46,6 +46,14 @@ def build_meta(result, task: Task, target, env) -> dict[str, Any]:
                        "status": result.status, "reason": result.reason, "model_calls": result.iterations,
                        "tokens": result.tokens, "cost_usd": result.cost_usd},
     }
+    # the caller's run-time settings, only where given (so that the other runs' meta keeps its bytes): the scale the
+    # CPU check, verification and timing ran with, and a fixed split-KV split count (also in manifest.json)
+    for key in ("softmax_scale", "num_splits"):
+        if (value := getattr(result, key, None)) is not None:
+            meta[key] = value
+    mods = getattr(task, "mods", None)
+    if mods is not None:  # score and mask functions (flashgen.mods), only where given
+        meta["mods"] = mods.model_dump(mode="json")
     if best is None:
         return meta
     meta.update({
@@ -60,6 +68,10 @@ def build_meta(result, task: Task, target, env) -> dict[str, Any]:
         "timings": best.timing.model_dump() if best.timing is not None else None,
         "roofline": _roofline(best.counts, target, task, env),
     })
+    if mods is not None and best.tl:  # what the mask leaves of the tiles the kernel walks (no tile skipping)
+        from flashgen.mods import tile_report
+
+        meta["mods"]["tiles"] = tile_report(mods, best.tl)
     return meta
 
 
@@ -96,6 +108,18 @@ def render_report(meta: dict[str, Any], result) -> str:
     lines += ["", f"Parameters: {', '.join(f'{k}={v}' for k, v in meta['parameters'].items()) or '-'}"]
     if (source := meta.get("parameters_source")) is not None:
         lines.append(f"Parameters from: {source['source']} ({source['detail']})")
+    if (scale := meta.get("softmax_scale")) is not None:
+        lines.append(f"Softmax scale: {scale:g} (given: the CPU check, verification and timing ran with it; the "
+                     "kernel takes its scale at each launch, FlashgenAttnParams.scale)")
+    if (splits := meta.get("num_splits")) is not None:
+        lines.append(f"Split-KV splits: {splits} (given, in manifest.json's num_splits, whatever the sizes)")
+    if (mods := meta.get("mods")) is not None:
+        given = [f"{kind} `{mods[f'{kind}_mod']}`" for kind in ("score", "mask") if mods.get(f"{kind}_mod")]
+        given += [f"{name} = {value}" for name, value in mods.get("params", [])]
+        lines.append(f"Score/mask functions: {', '.join(given)} (in the TL; its fp64 interpretation is the reference)")
+        if (tiles := mods.get("tiles")) is not None:
+            lines.append(f"Mask tiles at {tiles['shape']}: {tiles['visited_empty']} of the {tiles['visited']} key tiles "
+                         "walked have no visible key; they are computed and masked (no tile skipping)")
     if (path := meta.get("code_path")) is not None:
         lines.append(f"Code path: {path['backend']} ({'; '.join(path['why'])})")
     for name, usage in meta["resources"].items():

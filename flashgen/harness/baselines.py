@@ -27,6 +27,8 @@ def sdpa_unsupported(variant: Variant) -> str | None:
         return f"SDPA computes softmax attention only, not {variant.norm.value}"
     if variant.window is not None:
         return "SDPA has no sliding window"
+    if variant.two_sided:
+        return "SDPA has no two-sided window"
     if variant.alibi:
         return "SDPA's fused backends take no ALiBi bias"
     if variant.softcap is not None:
@@ -130,6 +132,21 @@ def _flex(variant: Variant, q, k, v, scale: float, gqa: bool, mode: FlexMode = "
             visible = kv_idx <= q_idx + offset
             if window is not None:
                 visible = visible & (q_idx + offset - kv_idx < window)
+            return visible
+
+        try:
+            block_mask = create_block_mask(mask_mod, None, None, n, m, device=q.device)
+        except Exception as exc:
+            return "flex", None, f"create_block_mask failed: {_first_line(exc)}"
+    elif variant.two_sided:  # FlashAttention's window size (left, right): its keys i + M - N - left .. + right
+        left, right = variant.window_left, variant.window_right
+
+        def mask_mod(b_, h_, q_idx, kv_idx):
+            visible = kv_idx >= 0
+            if left is not None:
+                visible = visible & (q_idx + offset - kv_idx <= left)
+            if right is not None:
+                visible = visible & (kv_idx <= q_idx + offset + right)
             return visible
 
         try:

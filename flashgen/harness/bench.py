@@ -300,11 +300,12 @@ def _as_torch(x, dtype: DType):
 
 
 def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, min_time_s: float = 0.2,
-                  seed: int = 0, flex: FlexMode = "static") -> BenchReport:
+                  seed: int = 0, flex: FlexMode = "static", scale: float | None = None) -> BenchReport:
     """Time each kernel (device.KernelInput, or (source | cubin path, manifest) pairs) on each shape,
     and every baseline on the same (dtype, variant, shape) once. Needs a GPU; runs in-process (the
     worker calls it). A shape whose D differs from a kernel's head_dim is skipped for that kernel.
-    `flex` says how FlexAttention is compiled (FlexMode)."""
+    `flex` says how FlexAttention is compiled (FlexMode). `scale`: the softmax scale of ours and the baselines
+    (None: 1/sqrt(D))."""
     if flex not in FLEX_MODES:
         raise ValueError(f"flex must be one of {', '.join(FLEX_MODES)}, got {flex!r}")
     from flashgen.harness.device import (
@@ -345,7 +346,7 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
                 continue
             if man.variant.kv_group > 1 and shape.KVH is None:
                 shape = shape.model_copy(update={"KVH": max(1, shape.H // man.variant.kv_group)})
-            scale = 1.0 / math.sqrt(shape.D)
+            softmax_scale = 1.0 / math.sqrt(shape.D) if scale is None else scale
             q = _random_device(cp, (shape.B, shape.H, shape.N, shape.D), man.dtype, seed)
             k = _random_device(cp, (shape.B, shape.kv_heads, shape.M, shape.D), man.dtype, seed + 1)
             v = _random_device(cp, (shape.B, shape.kv_heads, shape.M, shape.D), man.dtype, seed + 2)
@@ -354,7 +355,8 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
             entry = BenchEntry(name=man.name, kind="kernel", dtype=man.dtype.value, variant=man.variant.name,
                                shape=shape, ok=False)
             try:
-                run = prepare_launch(man, loaded, q, k, v, o, lse=lse, stream=stream, step=f"bench {shape_text(shape)}")
+                run = prepare_launch(man, loaded, q, k, v, o, lse=lse, scale=scale, stream=stream,
+                                     step=f"bench {shape_text(shape)}")
                 entry.stats = time_callable(run, stream=stream, l2_bytes=l2, min_time_s=min_time_s)
                 entry.ok = True
                 entry.tflops = tflops(shape, man.variant, entry.stats.median_ms)
@@ -369,7 +371,7 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
             key = (man.dtype.value, man.variant.name, shape_text(shape))
             if baselines and key not in baseline_done:
                 baseline_done.add(key)
-                report.entries += _bench_baselines(man.variant, man.dtype, shape, q, k, v, scale, stream, l2,
+                report.entries += _bench_baselines(man.variant, man.dtype, shape, q, k, v, softmax_scale, stream, l2,
                                                    min_time_s, target, flex)
             del q, k, v, o, lse
     return report

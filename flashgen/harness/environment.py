@@ -195,10 +195,16 @@ class Environment:
         return {"backend": plan.backend, "why": [get_backend(plan.backend).choice_note(target), *notes]}
 
     def library_tl(self, variant: Variant, target, dtype: DType, head_dim: int, form: str,
-                   params: dict[str, int] | None = None) -> str:
+                   params: dict[str, int] | None = None, mods=None) -> str:
+        """The library's program; with `mods` (flashgen.mods.Mods) the score and mask functions written into it."""
         from flashgen.tl_spec import library
 
-        return library.render(variant, dtype=dtype, arch=target.arch, head_dim=head_dim, params=params, form=form)
+        text = library.render(variant, dtype=dtype, arch=target.arch, head_dim=head_dim, params=params, form=form)
+        if mods is None:
+            return text
+        from flashgen.mods import apply
+
+        return apply(text, mods, variant)
 
     def parse(self, text: str, filename: str = "<tl>"):
         from flashgen.tl_spec.parser import parse
@@ -206,10 +212,11 @@ class Environment:
         return parse(text, filename)
 
     def check_tl(self, text: str, variant: Variant, target, dtype: DType, head_dim: int, full: bool,
-                 reference_tl: str | None = None) -> CpuCheck:
+                 reference_tl: str | None = None, scale: float | None = None) -> CpuCheck:
         """Parse; for a full program also check it and interpret it on the CPU against the fp64 reference: the
         variant's (flashgen.reference), or with `reference_tl` that program's own fp64 interpretation on the same
-        inputs (a kernel computing what no Variant describes; the program itself when it is that text)."""
+        inputs (a kernel computing what no Variant describes; the program itself when it is that text). `scale`:
+        the softmax scale both run with (None: 1/sqrt(D))."""
         from flashgen.tl_spec.diagnostics import (
             TLRuntimeError,
             TLSyntaxError,
@@ -243,7 +250,7 @@ class Environment:
             reference = self.parse(reference_tl, "reference.tl")
         for i, shape in enumerate(interpret_shapes(variant, head_dim)):
             try:
-                result = interpret(program, shape, seed=i)
+                result = interpret(program, shape, seed=i, scale=scale)
             except (TLRuntimeError, UsageError) as exc:
                 return CpuCheck(ok=False, repair="repair_interpret", shape=_shape_text(shape),
                                 summary=f"the interpreter stopped: {exc}")
@@ -348,19 +355,21 @@ class Environment:
         result = worker.call("flashgen.harness.device:environment_info", timeout_s=60)
         return (result.value or {}).get("gpu") if result.ok and isinstance(result.value, dict) else None
 
-    def verify(self, source: str, manifest: KernelManifest, build: Build) -> Verification:
+    def verify(self, source: str, manifest: KernelManifest, build: Build, scale: float | None = None) -> Verification:
+        """`scale`: the softmax scale the kernel and the reference run with (None: 1/sqrt(D))."""
         from flashgen.harness.worker import KernelInput
 
         # the worker compiles the source for the GPU it runs on (the target's arch may differ)
-        report = self._worker().verify(KernelInput(manifest=manifest, source=source))
+        report = self._worker().verify(KernelInput(manifest=manifest, source=source), scale=scale)
         return Verification(ran=True, ok=bool(report.ok), summary=report.summary or report.error or "")
 
-    def bench(self, source: str, manifest: KernelManifest, build: Build, target) -> Timing:
+    def bench(self, source: str, manifest: KernelManifest, build: Build, target, scale: float | None = None) -> Timing:
+        """`scale`: the softmax scale the kernel and the baselines run with (None: 1/sqrt(D))."""
         from flashgen.harness.worker import KernelInput
 
         big = ROOFLINE_SHAPE
         shape = Shape(B=big.B, H=big.H, KVH=big.H // manifest.variant.kv_group, N=big.N, M=big.M, D=manifest.head_dim)
-        result = self._worker().bench([KernelInput(manifest=manifest, source=source)], [shape])
+        result = self._worker().bench([KernelInput(manifest=manifest, source=source)], [shape], scale=scale)
         if not result.ok:
             return Timing(ran=False, shape=_shape_text(shape))
         return _timing_from(result.value, shape, manifest)

@@ -6,6 +6,10 @@ flashgen.translators.search):
     result = search(variant, "h200", DType.bf16, 128, shapes, timer=GpuTimer(), budget_s=600)   # GPU
     record_winner(result)                                   # -> the user's <config>/tuned/h200.json
 
+`search` is its two halves in turn: `prepare_candidates` (CPU: screen, compile, build the sources) and
+`time_candidates` (GPU: verify, then time); the library job (flashgen.library, `tuned = "search"`) runs the first in
+its CPU pool and the second in the entry's GPU worker, then builds the `pick_winner`.
+
 A search screens the candidates on the CPU, compiles them (dropping spills), verifies each on the GPU
 before timing it (a wrong kernel is never a winner) and times the verified ones in batches, one bench
 call per batch, until the candidates or the time budget run out. The winner has the lowest
@@ -161,37 +165,57 @@ class GpuTimer:
         self.worker.close()
 
 
-def search(variant: Variant, target, dtype: DType, head_dim: int, shapes: Sequence[Shape], *, timer: Timer,
-           budget_s: float, verifier: Verifier | None = None, batch_size: int = 4, max_candidates: int | None = None,
-           compile: bool = True, jobs: int | None = None,
-           progress: Callable[[str], None] = lambda _msg: None) -> SearchResult:
-    """Screen, compile, verify and time the candidates; the winner has the lowest geomean time over
-    `shapes` among the verified ones timed on every shape. `verifier` defaults to `timer.verify`; a search
-    never times an unverified kernel. `budget_s` bounds the whole search (checked between steps)."""
-    if not shapes:
-        raise UsageError("search needs at least one shape")
-    if budget_s <= 0:
-        raise UsageError(f"the search budget must be positive, got {budget_s}")
-    verifier = verifier or getattr(timer, "verify", None)
-    if verifier is None:
-        raise UsageError("search needs a verifier: an unverified kernel could win")
-    started = time.monotonic()
+def default_shapes(variant: Variant, head_dim: int, lengths: Sequence[int] = (1024, 4096, 16384)) -> list[Shape]:
+    """FlashAttention-2's benchmark family (what `flashgen tune` and the library job's search time by default): B*N =
+    16k tokens at each N = M of `lengths`, H*D about 2048 (H a multiple of the kv group)."""
+    group = variant.kv_group
+    heads = max(group, (2048 // head_dim) // group * group)
+    return [Shape(B=max(1, 16384 // n), H=heads, KVH=heads // group, N=n, M=n, D=head_dim) for n in lengths]
+
+
+def prepare_candidates(variant: Variant, target, dtype: DType, head_dim: int, *, max_candidates: int | None = None,
+                       include: Sequence[dict[str, int]] = (), compile: bool = True, jobs: int | None = None,
+                       progress: Callable[[str], None] = lambda _msg: None) -> list[CandidateRecord]:
+    """The search's CPU half: screen the space (translators.search), drop the live ones past `max_candidates` (but
+    not the first whose parameters are those of an `include`: e.g. today's choice, so that the search can only beat
+    it), compile the rest (dropping spills) and build their sources. Every record comes back, the dropped ones with
+    their reason; the live ones hold their CUDA source and manifest, ready for `time_candidates` on a GPU."""
     target = resolve_target(target)
     dtype = DType(getattr(dtype, "value", dtype))
-    shapes = list(shapes)
     records = screen_candidates(variant, target, dtype, head_dim)
     live = [r for r in records if r.alive]
-    for record in live[max_candidates:] if max_candidates is not None else []:
-        record.dropped = "budget: beyond max_candidates"
+    kept = live[:max_candidates] if max_candidates is not None else live
+    for want in include:
+        found = next((r for r in live if all(r.params.get(k) == v for k, v in want.items())), None)
+        if found is not None and not any(found is r for r in kept):
+            kept.append(found)
+    for record in live:
+        if not any(record is r for r in kept):
+            record.dropped = "budget: beyond max_candidates"
     progress(f"{sum(r.alive for r in records)} of {len(records)} candidates pass the CPU filters")
     if compile:
         compile_filter(records, target, jobs=jobs)
         progress(f"{sum(r.alive for r in records)} compile without spills for {target.arch}")
+    build_sources(records, target)
+    return records
+
+
+def time_candidates(records: Sequence[CandidateRecord], shapes: Sequence[Shape], *, timer: Timer, budget_s: float,
+                    verifier: Verifier | None = None, batch_size: int = 4, started: float | None = None,
+                    progress: Callable[[str], None] = lambda _msg: None) -> None:
+    """The search's GPU half, on the live records (built by `prepare_candidates`): verify each (a wrong kernel is
+    dropped, never timed), time the verified ones in batches of `batch_size` (one timer call each) over `shapes`,
+    until the records or `budget_s` (counted from `started`, default now) run out. Fills each record's
+    verify_summary, times_ms and geomean_ms, or its `dropped` reason."""
+    verifier = verifier or getattr(timer, "verify", None)
+    if verifier is None:
+        raise UsageError("search needs a verifier: an unverified kernel could win")
+    started = time.monotonic() if started is None else started
+    shapes = list(shapes)
 
     def out_of_time() -> bool:
         return time.monotonic() - started > budget_s
 
-    build_sources(records, target)
     queue = [r for r in records if r.alive]
     while queue:
         batch: list[CandidateRecord] = []
@@ -222,15 +246,45 @@ def search(variant: Variant, target, dtype: DType, head_dim: int, shapes: Sequen
                 continue
             record.geomean_ms = geomean(list(record.times_ms.values()))
             progress(f"{record.label}: {record.geomean_ms:.4g} ms geomean")
+
+
+def pick_winner(records: Sequence[CandidateRecord]) -> CandidateRecord | None:
+    """The live record with the lowest geomean time (the first, likeliest, of equal times), or None."""
+    timed = [r for r in records if r.geomean_ms is not None and r.alive]
+    return min(timed, key=lambda r: r.geomean_ms) if timed else None
+
+
+def search(variant: Variant, target, dtype: DType, head_dim: int, shapes: Sequence[Shape], *, timer: Timer,
+           budget_s: float, verifier: Verifier | None = None, batch_size: int = 4, max_candidates: int | None = None,
+           compile: bool = True, jobs: int | None = None,
+           progress: Callable[[str], None] = lambda _msg: None) -> SearchResult:
+    """Screen, compile, verify and time the candidates (`prepare_candidates`, then `time_candidates`); the winner has
+    the lowest geomean time over `shapes` among the verified ones timed on every shape. `verifier` defaults to
+    `timer.verify`; a search never times an unverified kernel. `budget_s` bounds the whole search (checked between
+    steps)."""
+    if not shapes:
+        raise UsageError("search needs at least one shape")
+    if budget_s <= 0:
+        raise UsageError(f"the search budget must be positive, got {budget_s}")
+    verifier = verifier or getattr(timer, "verify", None)
+    if verifier is None:
+        raise UsageError("search needs a verifier: an unverified kernel could win")
+    started = time.monotonic()
+    target = resolve_target(target)
+    dtype = DType(getattr(dtype, "value", dtype))
+    shapes = list(shapes)
+    records = prepare_candidates(variant, target, dtype, head_dim, max_candidates=max_candidates, compile=compile,
+                                 jobs=jobs, progress=progress)
+    time_candidates(records, shapes, timer=timer, budget_s=budget_s, verifier=verifier, batch_size=batch_size,
+                    started=started, progress=progress)
     result = SearchResult(target=target.name, arch=target.arch, dtype=dtype.value, variant=variant.name,
                           variant_fields=variant.model_dump(mode="json"), head_dim=head_dim,
                           shapes=[shape_text(s) for s in shapes], candidates=records,
                           timer=getattr(timer, "name", type(timer).__name__), budget_s=budget_s)
     env = getattr(timer, "environment", None)
     result.environment = env() if callable(env) else None
-    timed = [r for r in records if r.geomean_ms is not None and r.alive]
-    if timed:
-        best = min(timed, key=lambda r: r.geomean_ms)  # min keeps the first (likeliest) of equal times
+    best = pick_winner(records)
+    if best is not None:
         result.winner, result.winner_label, result.winner_geomean_ms = dict(best.params), best.label, best.geomean_ms
     result.seconds = round(time.monotonic() - started, 3)
     return result

@@ -30,10 +30,11 @@ ROOFLINE_N = 512
 
 
 def default_shapes(variant: Variant, head_dim: int) -> list[Shape]:
-    """FlashAttention-2's benchmark family at three lengths: B*N = 16k tokens, H*D about 2048."""
-    group = variant.kv_group
-    heads = max(group, (2048 // head_dim) // group * group)
-    return [Shape(B=16384 // n, H=heads, KVH=heads // group, N=n, M=n, D=head_dim) for n in (1024, 4096, 16384)]
+    """FlashAttention-2's benchmark family at three lengths: B*N = 16k tokens, H*D about 2048
+    (flashgen.harness.tune.default_shapes, which the library job's search times too)."""
+    from flashgen.harness.tune import default_shapes as shapes
+
+    return shapes(variant, head_dim)
 
 
 def parse_shape_list(text: str, head_dim: int, variant: Variant) -> list[Shape]:

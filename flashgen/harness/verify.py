@@ -141,6 +141,10 @@ def default_cases(manifest: KernelManifest) -> list[CheckCase]:
             w = v.window
             cases.append(CheckCase(name="window_edges", shape=shape(1, min(2 * w + 37, 1500), min(2 * w + 61, 1500)),
                                    layout="bnhd"))
+        elif v.two_sided:  # both edges inside the keys, some rows (N > M) before the first key's window
+            w = (v.window_left or 0) + (v.window_right or 0) + 1
+            cases.append(CheckCase(name="window_edges", shape=shape(1, min(2 * w + 37, 1500), min(2 * w + 61, 1500)),
+                                   layout="bnhd"))
     if kvh is None and g == 1:
         cases.append(CheckCase(name="many_heads", shape=shape(1, 40, 50, h=6)))
     return cases
@@ -201,7 +205,7 @@ def _heads_text(bh: np.ndarray, b: int, h: int) -> str:
 
 def empty_rows(n: int, m: int, variant: Variant) -> np.ndarray:
     """Indices of query rows that see no key (O must be 0, LSE -inf)."""
-    if not variant.causal:
+    if not variant.causal and not variant.two_sided:
         return np.zeros(0, dtype=int)
     return np.nonzero(~visible_mask(n, m, variant).any(axis=1))[0]
 
@@ -366,9 +370,10 @@ class _DeviceCase:
 
 
 def verify_kernel(kernel, cases: list[CheckCase] | None = None, seed: int | None = None, runs_per_case: int = 2,
-                  stop_after_failures: int = 3) -> VerifyReport:
+                  stop_after_failures: int = 3, scale: float | None = None) -> VerifyReport:
     """Compile (if needed), load and check `kernel` (a device.KernelInput) on every case; needs a GPU.
-    A CUDA error raises KernelRunError naming the kernel and case (the worker turns it into a failed result)."""
+    A CUDA error raises KernelRunError naming the kernel and case (the worker turns it into a failed result).
+    `scale`: the softmax scale the kernel and the reference run with (None: 1/sqrt(D))."""
     from flashgen.harness.device import (
         CompileFailed,
         KernelRunError,
@@ -411,14 +416,15 @@ def verify_kernel(kernel, cases: list[CheckCase] | None = None, seed: int | None
             cp.cuda.runtime.deviceSynchronize()
             step = f"verify case {case.label}, seed {run_seed}, run {run}"
             with stream:
-                launch(manifest, loaded, dev.q, dev.k, dev.v, dev.o, lse=dev.lse, stream=stream, step=step)
+                launch(manifest, loaded, dev.q, dev.k, dev.v, dev.o, lse=dev.lse, scale=scale, stream=stream, step=step)
             try:
                 cp.cuda.runtime.deviceSynchronize()  # the whole device: work left on other streams counts too
             except Exception as exc:
                 names = ", ".join(lc.kernel for lc in manifest.launches)
                 raise KernelRunError(f"CUDA error: {exc} in kernel {names} during {step}") from None
             o, o_unw, lse, lse_unw = dev.outputs()
-            o_ref, lse_ref = reference_outputs(manifest, *(from_dtype_bits(x, dtype) for x in (q_bits, k_bits, v_bits)))
+            o_ref, lse_ref = reference_outputs(manifest, *(from_dtype_bits(x, dtype) for x in (q_bits, k_bits, v_bits)),
+                                               scale=scale)
             check = compare_outputs(o, o_ref, dtype, variant, case.shape.M, o_unwritten=o_unw,
                                     lse=lse if variant.return_lse else None,
                                     lse_ref=lse_ref if variant.return_lse else None,
@@ -441,18 +447,19 @@ def verify_kernel(kernel, cases: list[CheckCase] | None = None, seed: int | None
     return report
 
 
-def reference_outputs(manifest: KernelManifest, q: np.ndarray, k: np.ndarray, v: np.ndarray):
+def reference_outputs(manifest: KernelManifest, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                      scale: float | None = None):
     """The fp64 (O, LSE) a kernel must match: flashgen.reference for its Variant or, for a kernel whose
     manifest carries the TL it was translated from (a custom mask or score function), that TL's own
-    fp64 interpretation on the same inputs."""
+    fp64 interpretation on the same inputs; at softmax scale `scale` (None: 1/sqrt(D))."""
     if manifest.reference_tl is None:
-        return attention(q, k, v, manifest.variant)
+        return attention(q, k, v, manifest.variant, scale)
     from flashgen.tl_spec import interpret, parse
 
     program = parse(manifest.reference_tl, filename=f"<{manifest.name} reference TL>")
     b, h, n, d = q.shape
     shape = Shape(B=b, H=h, N=n, M=k.shape[2], D=d, KVH=k.shape[1])
-    outputs = interpret(program, shape, inputs={"Q": q, "K": k, "V": v}).outputs
+    outputs = interpret(program, shape, inputs={"Q": q, "K": k, "V": v}, scale=scale).outputs
     return outputs["O"], outputs.get("LSE")
 
 

@@ -65,11 +65,12 @@ class VerifyJob(BaseModel):
     kernel: KernelInput
     cases: list[Any] | None = Field(default=None, description="verify.CheckCase list; None = the default set")
     seed: int | None = None
+    scale: float | None = Field(default=None, description="the softmax scale; None: 1/sqrt(D)")
 
     def run(self) -> Any:
         from flashgen.harness.verify import verify_kernel
 
-        return verify_kernel(self.kernel, cases=self.cases, seed=self.seed)
+        return verify_kernel(self.kernel, cases=self.cases, seed=self.seed, scale=self.scale)
 
     def describe(self) -> str:
         return f"verify of kernel {self.kernel.label}"
@@ -81,11 +82,13 @@ class BenchJob(BaseModel):
     shapes: list[Shape]
     baselines: bool = True
     min_time_s: float = 0.2
+    scale: float | None = Field(default=None, description="the softmax scale; None: 1/sqrt(D)")
 
     def run(self) -> Any:
         from flashgen.harness.bench import bench_kernels
 
-        return bench_kernels(self.kernels, self.shapes, baselines=self.baselines, min_time_s=self.min_time_s)
+        return bench_kernels(self.kernels, self.shapes, baselines=self.baselines, min_time_s=self.min_time_s,
+                             scale=self.scale)
 
     def describe(self) -> str:
         return f"bench of {', '.join(k.label for k in self.kernels) or 'baselines'}"
@@ -247,18 +250,20 @@ class GpuWorker:
         return result
 
     def verify(self, kernel: KernelInput, cases: list | None = None, seed: int | None = None,
-               timeout_s: float | None = None):
-        """VerifyReport; a crash or hang becomes a failed report carrying the error."""
+               timeout_s: float | None = None, scale: float | None = None):
+        """VerifyReport; a crash or hang becomes a failed report carrying the error. `scale`: the softmax scale
+        (None: 1/sqrt(D))."""
         from flashgen.harness.verify import VerifyReport
 
-        result = self.run(VerifyJob(kernel=kernel, cases=cases, seed=seed), timeout_s)
+        result = self.run(VerifyJob(kernel=kernel, cases=cases, seed=seed, scale=scale), timeout_s)
         if result.ok:
             return result.value
         return VerifyReport.failed(kernel.label, result.error or "unknown error", seed=seed)
 
     def bench(self, kernels: list[KernelInput], shapes: list[Shape], baselines: bool = True,
-              timeout_s: float | None = None, min_time_s: float = 0.2) -> JobResult:
-        return self.run(BenchJob(kernels=kernels, shapes=shapes, baselines=baselines, min_time_s=min_time_s), timeout_s)
+              timeout_s: float | None = None, min_time_s: float = 0.2, scale: float | None = None) -> JobResult:
+        return self.run(BenchJob(kernels=kernels, shapes=shapes, baselines=baselines, min_time_s=min_time_s,
+                                 scale=scale), timeout_s)
 
     def call(self, target: str, timeout_s: float | None = None, **kwargs) -> JobResult:
         return self.run(CallJob(target=target, kwargs=kwargs), timeout_s)

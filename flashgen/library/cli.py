@@ -16,6 +16,10 @@ library_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Build kernel libraries across cores, GPUs and Ray clusters (docs/batch.md).")
 
 
+_LABELS = {"build": "build (TL, translate, nvcc)", "gpu": "gpu (verify, bench)",
+           "search": "search (candidates on the CPU, timed on the GPU)"}
+
+
 class RichReporter:
     """Per-stage counts: live bars on a terminal, one line per finished entry elsewhere (logs)."""
 
@@ -24,15 +28,17 @@ class RichReporter:
         self.live = enabled and err.is_terminal
         self.progress = None
         self.tasks: dict[str, int] = {}
-        self.failed = {"build": 0, "gpu": 0}
+        self.failed = {"build": 0, "gpu": 0, "search": 0}
         self.totals: dict[str, int] = {}
 
     def start(self, totals: dict[str, int]) -> None:
         self.totals = dict(totals)
         if not self.enabled:
             return
-        kept = totals["plan"] - totals["build"]
+        searches = totals.get("search", 0)
+        kept = totals["plan"] - totals["build"] - searches
         line = f"library: {totals['plan']} entries, {totals['build']} to build, {kept} kept (same key)"
+        line += f", {searches} to search on their GPU (then built or kept)" if searches else ""
         err.print(line + (f", {totals['gpu']} for the GPUs" if totals["gpu"] else ""))
         if not self.live:
             return
@@ -41,20 +47,21 @@ class RichReporter:
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=err, transient=False)
         self.progress.start()
-        self.tasks["build"] = self.progress.add_task("build (TL, translate, nvcc)", total=totals["build"])
-        self.tasks["gpu"] = self.progress.add_task("gpu (verify, bench)", total=totals["gpu"])
+        if searches:
+            self.tasks["search"] = self.progress.add_task(_LABELS["search"], total=searches)
+        self.tasks["build"] = self.progress.add_task(_LABELS["build"], total=totals["build"])
+        self.tasks["gpu"] = self.progress.add_task(_LABELS["gpu"], total=totals["gpu"])
 
     def add(self, stage: str, count: int) -> None:
         self.totals[stage] = self.totals.get(stage, 0) + count
-        if self.progress is not None:
+        if self.progress is not None and stage in self.tasks:
             self.progress.update(self.tasks[stage], total=self.totals[stage])
 
     def advance(self, stage: str, ok: bool, path: str) -> None:
-        self.failed[stage] += not ok
-        if self.progress is not None:
+        self.failed[stage] = self.failed.get(stage, 0) + (not ok)
+        if self.progress is not None and stage in self.tasks:
             failed = f", {self.failed[stage]} failed" if self.failed[stage] else ""
-            label = "build (TL, translate, nvcc)" if stage == "build" else "gpu (verify, bench)"
-            self.progress.update(self.tasks[stage], advance=1, description=label + failed)
+            self.progress.update(self.tasks[stage], advance=1, description=_LABELS[stage] + failed)
         elif self.enabled:
             err.print(f"{stage} {'ok' if ok else 'FAILED'} {path}")
 
@@ -66,15 +73,19 @@ class RichReporter:
 
 def _summary_table(summary) -> Table:
     errors = any(row.error for row in summary.rows)
+    tuned = any(row.params_from for row in summary.rows)
     table = Table(title=f"library {summary.out}: {summary.entries} entries, {summary.built} built, {summary.kept} "
                         f"kept, {summary.failed} failed; {summary.wall_s:.1f} s",
                   caption="ran on 'estimated': compiled and estimated (no GPU of its target here); bound: the "
-                          "roofline's lower bound at B=4, H=16, N=M=4096")
-    for col in ("entry", "status", "did", "ran on", "ms", "x best", "bound ms", "s", *(("error",) if errors else ())):
+                          "roofline's lower bound at B=4, H=16, N=M=4096"
+                          + ("; params: from the search on the entry's GPU (this run's, or the one recorded for the "
+                             "same inputs), or the fallback (the packaged or default tables)" if tuned else ""))
+    for col in ("entry", "status", "did", *(("params",) if tuned else ()), "ran on", "ms", "x best", "bound ms", "s",
+                *(("error",) if errors else ())):
         table.add_column(col, no_wrap=col != "error", overflow="fold")
     for row in summary.rows:
         ran_on = "estimated" if row.ran_on == "compiled and estimated" else row.ran_on
-        table.add_row(row.path, row.status, row.action, ran_on,
+        table.add_row(row.path, row.status, row.action, *((row.params_from or "-",) if tuned else ()), ran_on,
                       f"{row.time_ms:.4g}" if row.time_ms is not None else "-",
                       f"{row.speedup:.2f}" if row.speedup is not None else "-",
                       f"{row.roofline_ms:.3g}" if row.roofline_ms is not None else "-",
@@ -94,9 +105,13 @@ def build_command(
     jobs: int | None = typer.Option(None, "--jobs", min=1, help="CPU build processes (default: the usable cores)"),
     gpus: str | None = typer.Option(None, "--gpus", help="CUDA devices for the GPU stages, e.g. 0,1, or none "
                                     "(default: every visible GPU)"),
+    retune: bool = typer.Option(False, "--retune", help='tuned = "search": search again on the GPUs here, even where '
+                                "a search for the same inputs is recorded (an entry whose search chooses the same "
+                                "parameters is kept)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON (stdout) instead of a table"),
 ) -> None:
-    """Build a kernel library: every entry of the spec, CPU stages over the cores, GPU stages on its target's GPUs."""
+    """Build a kernel library: every entry of the spec, CPU stages over the cores, GPU stages on its target's GPUs
+    (with tuned = "search": each entry's parameters searched on its GPU first)."""
     from flashgen.errors import Interrupted, Stopped
     from flashgen.library.job import build
     from flashgen.library.spec import load_spec
@@ -109,7 +124,8 @@ def build_command(
         chosen = parse_gpu_list(gpus, local_gpus() if gpus.strip().lower() != "none" else [])
     reporter = RichReporter(enabled=True)
     try:
-        summary = build(parsed, out_dir, engine=engine, address=address, jobs=jobs, gpus=chosen, reporter=reporter)
+        summary = build(parsed, out_dir, engine=engine, address=address, jobs=jobs, gpus=chosen, reporter=reporter,
+                        retune=retune)
     except Interrupted as exc:
         raise Stopped(str(exc), exc.signal_name) from None
     finally:
@@ -122,7 +138,10 @@ def build_command(
         out.print(styled("wrote ", (str(folder / "library.json"), "bold"), " and ", str(folder / "library.md"),
                          f"; plan {summary.plan_s:.1f} s, builds {summary.build_cpu_s:.0f} s of work in "
                          f"{summary.wall_s:.0f} s wall on {summary.engine.cpu_workers if summary.engine else 0} CPU "
-                         f"workers"))
+                         f"workers"
+                         + (f"; {summary.searched} searched ({summary.search_cpu_s:.0f} s of candidates, "
+                            f"{summary.search_gpu_s:.0f} s on the GPUs), {summary.fallback} on the fallback parameters"
+                            if summary.searched or summary.fallback else "")))
     if summary.failed:
         raise typer.Exit(1)
 

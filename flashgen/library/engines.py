@@ -1,13 +1,16 @@
-"""Where the library job's stages run. An engine takes the build tasks (CPU) and the GPU tasks, runs them, and hands
-every result to the driver's `on_result(kind, result)` in the driver's thread; the driver answers with the GPU task
-that follows a build (or None), which the engine schedules. Results only come back: the driver alone writes the
+"""Where the library job's stages run. An engine takes the CPU tasks (builds; with tuned = "search" also the
+search's candidates) and the GPU tasks (verify and bench; the search's timing), runs them, and hands every result to
+the driver's `on_result(kind, result)` in the driver's thread (`kind`: the task's stage); the driver answers with the
+task that follows (or None), which the engine schedules where it runs (`task.on_gpu`): a build's GPU task, a
+search's timing after its candidates, the build after a search. Results only come back: the driver alone writes the
 library and the store.
 
 - `LocalEngine` (the default, no Ray): the builds in a process pool sized to the usable CPUs (spawned processes;
   a pool broken by a dying process is replaced and its unfinished builds submitted again, once); the GPU tasks on one
   thread per visible GPU, each driving its own GPU worker process (flashgen.harness.worker.GpuWorker). A worker that
   dies with a task loses only that task, which goes back to the queue for another worker of the same target (up to
-  `gpu.max_attempts` workers); a worker that loses two tasks in a row retires.
+  `gpu.max_attempts` workers); a worker that loses two tasks in a row retires. A search's timing (TuneTask) is a GPU
+  task like the others, on the entry's GPU worker.
 - `RayEngine` (`--engine ray [--address ADDR]`, the `ray` extra): builds as CPU-only tasks (num_cpus=1), GPU tasks
   with num_gpus=1 and accelerator_type set to the target's Ray type (flashgen.library.gpus.ray_accelerator_type),
   each retried up to `max_retries` times when its worker or node is lost.
@@ -29,9 +32,11 @@ from pydantic import BaseModel, Field
 
 from flashgen.errors import UsageError
 from flashgen.library.gpus import LocalGpu, ray_accelerator_type
-from flashgen.library.stages import BuildResult, BuildTask, GpuResult, GpuTask
+from flashgen.library.stages import BuildTask, CandidatesTask, GpuTask, TuneTask
 
-OnResult = Callable[[str, Any], "GpuTask | None"]
+CpuTask = BuildTask | CandidatesTask
+AnyGpuTask = GpuTask | TuneTask
+OnResult = Callable[[str, Any], "CpuTask | AnyGpuTask | None"]
 
 
 class Stages(BaseModel):
@@ -40,6 +45,12 @@ class Stages(BaseModel):
     build: str = "flashgen.library.stages:build_entry"
     gpu: str = "flashgen.library.stages:gpu_entry"
     worker: str = "flashgen.library.engines:make_gpu_worker"
+    candidates: str = "flashgen.library.stages:candidates_entry"  # tuned = "search": the search's CPU half
+    tune: str = "flashgen.library.stages:tune_entry"  # and its GPU half
+
+    def of(self, task) -> str:
+        """The stage function's path for a task (its `stage` names the field)."""
+        return getattr(self, task.stage)
 
 
 class EngineStats(BaseModel):
@@ -78,14 +89,6 @@ def _call(path: str, task):
     return resolve(path)(task)
 
 
-def _failed_build(task: BuildTask, error: str) -> BuildResult:
-    return BuildResult(path=task.entry.path, key=task.key, ok=False, error=error)
-
-
-def _failed_gpu(task: GpuTask, error: str) -> GpuResult:
-    return GpuResult(path=task.path, key=task.key, ok=False, error=error)
-
-
 class _GpuQueue:
     """GPU tasks waiting for a worker of their target; a task a worker lost goes to another worker first."""
 
@@ -104,16 +107,16 @@ class _GpuQueue:
         with self.cv:
             return {g.target for g in self.alive.values() if g.target}
 
-    def put(self, task: GpuTask) -> None:
+    def put(self, task: AnyGpuTask) -> None:
         with self.cv:
             if not any(g.target == task.target for g in self.alive.values()):
-                self.events.put(("gpu", _failed_gpu(task, f"no GPU worker of {task.target} is left (lost on "
-                                                          f"{', '.join(task.tried) or 'none'})")))
+                self.events.put((task.stage, task.failed(f"no GPU worker of {task.target} is left (lost on "
+                                                         f"{', '.join(task.tried) or 'none'})")))
                 return
             self.pending.append(task)
             self.cv.notify_all()
 
-    def take(self, gpu: LocalGpu) -> GpuTask | None:
+    def take(self, gpu: LocalGpu) -> AnyGpuTask | None:
         me = self.wid(gpu)
         with self.cv:
             while True:
@@ -134,8 +137,8 @@ class _GpuQueue:
             stranded = [t for t in self.pending if not any(g.target == t.target for g in self.alive.values())]
             for task in stranded:
                 self.pending.remove(task)
-                self.events.put(("gpu", _failed_gpu(task, f"no GPU worker of {task.target} is left (lost on "
-                                                          f"{', '.join(task.tried)})")))
+                self.events.put((task.stage, task.failed(f"no GPU worker of {task.target} is left (lost on "
+                                                         f"{', '.join(task.tried)})")))
             self.cv.notify_all()
 
     def close(self) -> None:
@@ -167,7 +170,7 @@ class LocalEngine:
         pass
 
     def _gpu_loop(self, gpu: LocalGpu, work: _GpuQueue, events: queue.Queue, workers: list) -> None:
-        gpu_fn, make = resolve(self.stages.gpu), resolve(self.stages.worker)
+        make = resolve(self.stages.worker)
         worker, streak, me = None, 0, work.wid(gpu)
         try:
             while (task := work.take(gpu)) is not None:
@@ -175,12 +178,12 @@ class LocalEngine:
                     if worker is None:
                         worker = make(gpu, self.gpu_timeout_s)
                         workers.append(worker)
-                    result = gpu_fn(task, worker, gpu)
+                    result = resolve(self.stages.of(task))(task, worker, gpu)
                 except Exception as exc:  # noqa: BLE001 - a broken stage function is that entry's error
-                    result = _failed_gpu(task, f"{type(exc).__name__}: {exc}")
+                    result = task.failed(f"{type(exc).__name__}: {exc}")
                 if not result.lost:
                     streak = 0
-                    events.put(("gpu", result))
+                    events.put((task.stage, result))
                     continue
                 streak += 1
                 task = task.model_copy(update={"tried": [*task.tried, me]})
@@ -188,7 +191,7 @@ class LocalEngine:
                     self.stats.gpu_retries += 1
                     work.put(task)
                 else:
-                    events.put(("gpu", result.model_copy(update={
+                    events.put((task.stage, result.model_copy(update={
                         "error": f"{result.error} (lost on {len(task.tried)} workers: {', '.join(task.tried)})"})))
                 if streak >= self.retire_after:
                     self.stats.retired.append(me)
@@ -201,7 +204,7 @@ class LocalEngine:
                 except Exception:  # noqa: BLE001 - a dead worker closes as well as it can
                     pass
 
-    def run(self, builds: list[BuildTask], gpu_tasks: list[GpuTask], on_result: OnResult) -> EngineStats:
+    def run(self, builds: list[CpuTask], gpu_tasks: list[AnyGpuTask], on_result: OnResult) -> EngineStats:
         import multiprocessing as mp
 
         events: queue.Queue = queue.Queue()
@@ -214,58 +217,65 @@ class LocalEngine:
         ctx = mp.get_context("spawn")
         pool = None
         outstanding = 0
-        attempts: dict[str, int] = {}
+        attempts: dict[tuple[str, str], int] = {}
+        # a search's entry comes back to the pool for its build: size the pool for those too
+        cpu_work = len(builds) + sum(isinstance(t, CandidatesTask) for t in builds)
 
         def new_pool():
-            return ProcessPoolExecutor(max_workers=min(self.jobs, max(1, len(builds))), mp_context=ctx,
+            return ProcessPoolExecutor(max_workers=min(self.jobs, max(1, cpu_work)), mp_context=ctx,
                                        initializer=_pool_init)
 
-        def submit(task: BuildTask) -> None:
+        def submit(task: CpuTask) -> None:
             nonlocal pool
-            attempts[task.entry.path] = attempts.get(task.entry.path, 0) + 1
+            slot = (task.stage, task.entry.path)
+            attempts[slot] = attempts.get(slot, 0) + 1
+            if pool is None:
+                pool = new_pool()
             try:
-                future = pool.submit(_call, self.stages.build, task)
+                future = pool.submit(_call, self.stages.of(task), task)
             except BrokenProcessPool:
                 pool.shutdown(wait=False, cancel_futures=True)
                 pool = new_pool()
-                future = pool.submit(_call, self.stages.build, task)
+                future = pool.submit(_call, self.stages.of(task), task)
 
             def done(f, task=task):
                 try:
-                    events.put(("build", f.result()))
+                    events.put((task.stage, f.result()))
                 except BrokenProcessPool:
-                    events.put(("build-lost", task))
+                    events.put(("cpu-lost", task))
                 except BaseException as exc:  # noqa: BLE001 - an unpicklable result, a cancelled future
-                    events.put(("build", _failed_build(task, f"{type(exc).__name__}: {exc}")))
+                    events.put((task.stage, task.failed(f"{type(exc).__name__}: {exc}")))
 
             future.add_done_callback(done)
 
+        def schedule(task) -> None:
+            if task.on_gpu:
+                work.put(task)
+            else:
+                submit(task)
+
         interrupted = False
         try:
-            if builds:
-                pool = new_pool()
-            for task in builds:
-                submit(task)
-                outstanding += 1
-            for task in gpu_tasks:
-                work.put(task)
+            for task in [*builds, *gpu_tasks]:
+                schedule(task)
                 outstanding += 1
             while outstanding:
                 try:
                     kind, result = events.get(timeout=0.2)
                 except queue.Empty:
                     continue
-                if kind == "build-lost":
-                    if attempts[result.entry.path] < 2:
+                if kind == "cpu-lost":
+                    slot = (result.stage, result.entry.path)
+                    if attempts[slot] < 2:
                         self.stats.build_resubmits += 1
-                        submit(result.model_copy(update={"attempt": attempts[result.entry.path] + 1}))
+                        submit(result.model_copy(update={"attempt": attempts[slot] + 1}))
                         continue
-                    kind, result = "build", _failed_build(result, "the build process died (twice)")
+                    kind, result = result.stage, result.failed(f"the {result.stage} process died (twice)")
                 outstanding -= 1
                 follow = on_result(kind, result)
                 if follow is not None:
                     outstanding += 1
-                    work.put(follow)
+                    schedule(follow)
         except BaseException:
             interrupted = True
             raise
@@ -289,12 +299,12 @@ class WorkerLost(Exception):
     """A GPU task's worker process died with it (Ray retries the task: retry_exceptions)."""
 
 
-def _ray_build(path: str, task: BuildTask) -> BuildResult:
+def _ray_build(path: str, task: CpuTask):
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     return resolve(path)(task)
 
 
-def _ray_gpu(gpu_path: str, worker_path: str, task: GpuTask, timeout_s: float) -> GpuResult:
+def _ray_gpu(gpu_path: str, worker_path: str, task: AnyGpuTask, timeout_s: float):
     import socket
 
     import ray
@@ -361,7 +371,7 @@ class RayEngine:
         return {t.name for t in (targets or TARGETS.values())
                 if self.resources.get(f"accelerator_type:{ray_accelerator_type(t)}")}
 
-    def run(self, builds: list[BuildTask], gpu_tasks: list[GpuTask], on_result: OnResult) -> EngineStats:
+    def run(self, builds: list[CpuTask], gpu_tasks: list[AnyGpuTask], on_result: OnResult) -> EngineStats:
         from flashgen.targets import get_target
 
         ray = self.ray
@@ -369,16 +379,17 @@ class RayEngine:
         gpu_remote = ray.remote(_ray_gpu)
         refs: dict = {}
 
-        def submit_gpu(task: GpuTask) -> None:
+        def submit(task) -> None:
+            if not task.on_gpu:
+                refs[build_remote.remote(self.stages.of(task), task)] = (task.stage, task)
+                return
             ref = gpu_remote.options(num_cpus=1, num_gpus=1, max_retries=self.max_retries, retry_exceptions=[WorkerLost],
                                      accelerator_type=ray_accelerator_type(get_target(task.target))).remote(
-                self.stages.gpu, self.stages.worker, task, self.gpu_timeout_s)
-            refs[ref] = ("gpu", task)
+                self.stages.of(task), self.stages.worker, task, self.gpu_timeout_s)
+            refs[ref] = (task.stage, task)
 
-        for task in builds:
-            refs[build_remote.remote(self.stages.build, task)] = ("build", task)
-        for task in gpu_tasks:
-            submit_gpu(task)
+        for task in [*builds, *gpu_tasks]:
+            submit(task)
         try:
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.5)
@@ -388,12 +399,10 @@ class RayEngine:
                         result = ray.get(ref)
                     except Exception as exc:  # noqa: BLE001 - lost past its retries, or the task itself failed
                         text = " ".join(str(exc).split())[:500]
-                        result = _failed_build(task, f"lost on Ray after {self.max_retries} retries: {text}") \
-                            if kind == "build" else _failed_gpu(task, f"lost on Ray after {self.max_retries} "
-                                                                      f"retries: {text}")
+                        result = task.failed(f"lost on Ray after {self.max_retries} retries: {text}")
                     follow = on_result(kind, result)
                     if follow is not None:
-                        submit_gpu(follow)
+                        submit(follow)
         except BaseException:
             for ref in refs:
                 ray.cancel(ref, force=True)

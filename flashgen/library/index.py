@@ -1,6 +1,8 @@
 """A library folder: GPU/DTYPE/VARIANT_dHEAD/ per kernel (the files `flashgen generate` writes), `library.json`
 (the index: every entry, its key, status, error, target, variant, parameters, which GPU verified and timed it or
-"compiled and estimated", verification, timings, the digests of its files) and `library.md` (the same, readable).
+"compiled and estimated", verification, timings, the digests of its files; with tuned = "search" also `tuning`: the
+parameter search on the entry's GPU, its candidates and their times, or why the parameters are the fallback's) and
+`library.md` (the same, readable).
 
 The index holds nothing of the run itself (no dates, no wall times, no machine paths): the same inputs give the
 same index, so generated/ can be such a library and its regeneration compared byte for byte.
@@ -41,6 +43,10 @@ class IndexEntry(BaseModel):
     error: str | None = None
     backend: str | None = None
     parameters: dict[str, Any] = Field(default_factory=dict)
+    tuning: dict[str, Any] | None = Field(default=None, description='tuned = "search": source "search" (on: the GPU '
+                                          "that searched; shapes, candidates with their times or why each was "
+                                          "dropped, winner) or \"fallback\" (note: why; parameters_from: the table "
+                                          "they came from); search_key: the search's inputs' key")
     ran_on: dict[str, Any] | str | None = Field(default=None, description="the GPU that verified and timed it "
                                                 "(device, name, host), or 'compiled and estimated'")
     verification: dict[str, Any] | None = None
@@ -85,6 +91,9 @@ def read_index(folder: str | Path, missing_ok: bool = True) -> Index | None:
 def index_text(index: Index) -> str:
     data = index.model_dump(mode="json")
     data["entries"] = sorted(data["entries"], key=lambda e: e["path"])
+    for entry in data["entries"]:  # no `tuning` key where no search was asked for (the indexes before it)
+        if entry.get("tuning") is None:
+            entry.pop("tuning", None)
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
@@ -109,6 +118,19 @@ def _ran_on_text(entry: IndexEntry) -> str:
     return entry.ran_on or "-"
 
 
+def tuning_text(entry: IndexEntry) -> str:
+    """Where a tuned = "search" entry's parameters came from, in a few words ('' for the other modes)."""
+    tuning = entry.tuning or {}
+    if tuning.get("source") == "search":
+        on = tuning.get("on") or {}
+        timed = sum("geomean_ms" in c for c in tuning.get("candidates", []))
+        return f"search on GPU {on.get('device')} ({on.get('name')}): {timed} of {len(tuning.get('candidates', []))} " \
+               "candidates timed"
+    if tuning.get("source") == "fallback":
+        return f"fallback ({tuning.get('note', '')})"
+    return ""
+
+
 def summary_markdown(index: Index) -> str:
     entries = sorted(index.entries, key=lambda e: e.path)
     ok = sum(e.status == "ok" for e in entries)
@@ -121,6 +143,8 @@ def summary_markdown(index: Index) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for e in entries:
         params = " ".join(f"{k}={v}" for k, v in sorted(e.parameters.items())) or "-"
+        if tuning_text(e):
+            params += f" ({tuning_text(e)})"
         time = f"{e.time_ms:.4g}" if e.time_ms is not None else "-"
         speed = f"{e.speedup:.2f}" if e.speedup is not None else "-"
         roof = f"{e.roofline_ms:.3g}" if e.roofline_ms is not None else "-"
@@ -229,6 +253,8 @@ def diff(old: str | Path, new: str | Path) -> list[DiffRow]:
             what.insert(0, f"status {x.status} -> {y.status}")
         if x.parameters != y.parameters:
             what.append("parameters " + " ".join(f"{k}={v}" for k, v in sorted(y.parameters.items())))
+        if (x.tuning or {}).get("source") != (y.tuning or {}).get("source"):
+            what.append(f"parameters from {(y.tuning or {}).get('source') or 'the tables'}")
         if (x.time_ms is None) != (y.time_ms is None):
             what.append("timed" if y.time_ms is not None else "no longer timed")
         rows.append(DiffRow(path=path, change="changed" if what else "same", what=what, old_ms=x.time_ms,

@@ -8,6 +8,13 @@ expert writes first (the library program at those parameters; a model provider's
 name and model stand in), the sources (digests of the TL layer, the translator's shared code, the entry's own
 backend folder, and the generator: agent, prompts, the harness's build path, the contracts), and the toolchain (the
 `nvcc --version` release line). A change to the sm90 backend redoes only the entries that take it.
+
+With `tuned = "search"` the parameters are what the search on the entry's GPU chose (or, where it did not run, the
+packaged or default ones), and where they came from ("search" or "fallback") goes in too: a search that chooses
+other parameters rebuilds the entry, one that chooses the same keeps it. The search has a key of its own
+(flashgen.library.job.search_inputs: the entry, the target, the [search] settings, the fallback parameters, which
+are always a candidate, the sources, the search's own code, the toolchain);
+a recorded search whose key is unchanged is reused rather than run again.
 """
 
 from __future__ import annotations
@@ -28,6 +35,10 @@ _SKIP_DIRS = {"__pycache__", "tuned"}  # tuned tables reach the key through the 
 _GENERATOR = ("agent", "prompts", "include", "harness/environment.py", "harness/compile.py", "harness/static_check.py",
               "harness/ptxas.py", "roofline.py", "variant.py", "abi.py", "operators.py", "reference.py", "targets.py",
               "library/stages.py")
+# what the search's result follows besides the translator (candidates, translation: the "translator" group): its
+# compile filter, verification, timing and the worker that runs them
+_SEARCH = ("harness/tune.py", "harness/verify.py", "harness/bench.py", "harness/worker.py", "harness/device.py",
+           "harness/compile.py")
 
 
 def _files(root: Path, skip: set[str] = frozenset()) -> list[Path]:
@@ -57,6 +68,12 @@ def source_digests(backend: str) -> dict[str, str]:
     }
 
 
+@cache
+def search_digest() -> str:
+    """sha256 of the search's own code (flashgen.harness.tune and what it verifies and times with)."""
+    return _digest([p for part in _SEARCH for p in _files(PACKAGE / part)])
+
+
 @lru_cache(maxsize=1)
 def toolchain() -> str:
     """'nvcc 13.0.88' (the release of the nvcc the compile cache would use), or 'no nvcc: ...'."""
@@ -80,9 +97,10 @@ def file_digest(text: str | bytes) -> str:
 
 @contextlib.contextmanager
 def tuned_mode(mode: str) -> Iterator[None]:
-    """`packaged`: the user's tuned tables (and record) are not read while inside (FLASHGEN_HOME points at a scratch
-    folder, the compile cache stays where it was); `user`: nothing changes."""
-    if mode != "packaged":
+    """`packaged` (and `search`, whose fallback is the packaged tables and whose search results reach the build as a
+    tuned file written into this scratch home): the user's tuned tables (and record) are not read while inside
+    (FLASHGEN_HOME points at a scratch folder, the compile cache stays where it was); `user`: nothing changes."""
+    if mode not in ("packaged", "search"):
         yield
         return
     from flashgen.paths import cubin_cache_dir

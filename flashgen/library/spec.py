@@ -6,7 +6,8 @@ budgets and what the GPU stages do (docs/batch.md). TOML, validated by pydantic;
     variants = ["plain", "causal"]          # the names generated/ uses (flashgen.variant.Variant.name)
     head_dims = [64, 128, 256]
     exclude = [{ gpu = "t4", head_dim = 256 }]
-    tuned = "user"                          # or "packaged": the package's tuned tables alone (generated/)
+    tuned = "user"                          # or "packaged": the package's tuned tables alone (generated/); or
+                                            # "search": chosen by the parameter search on the entry's GPU
     targets = ["my_gpu.toml"]               # target files (relative to the spec) for GPUs the table lacks
     out = "lib"                             # the library folder when --out is not given (relative to the spec)
 
@@ -17,6 +18,10 @@ budgets and what the GPU stages do (docs/batch.md). TOML, validated by pydantic;
     [gpu]
     verify = true
     bench = true
+
+    [search]                                # with tuned = "search": flashgen tune's search, per entry
+    max_candidates = 8
+    budget_s = 300
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from flashgen.errors import InputError, UsageError, read_text_input
 from flashgen.variant import DType, Norm, Variant, parse_dtype
@@ -64,6 +69,26 @@ class GpuSpec(BaseModel):
     max_attempts: int = Field(default=2, ge=1, le=16, description="GPU workers an entry may try when one dies")
 
 
+class SearchSpec(BaseModel):
+    """`tuned = "search"`: the parameter search (flashgen.harness.tune, as `flashgen tune`) per entry, on a GPU of
+    its target: the candidates screened and compiled on the CPU, verified and timed on the GPU."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_candidates: int = Field(default=8, ge=1, le=1000, description="the likeliest candidates compiled, verified and "
+                                "timed per entry (after the CPU filters)")
+    budget_s: float = Field(default=300, gt=0, le=36000, description="seconds of verifying and timing per entry")
+    min_time_s: float = Field(default=0.1, gt=0, le=60, description="seconds of timing per candidate and shape")
+    lengths: list[int] = Field(default_factory=lambda: [1024, 4096, 16384], min_length=1,
+                               description="N = M of the timed shapes (B*N = 16k tokens, H*D about 2048)")
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, value: list[int]) -> list[int]:
+        if any(n < 1 or n > 1 << 20 for n in value) or len(set(value)) != len(value):
+            raise ValueError("must be distinct lengths between 1 and 1048576")
+        return value
+
+
 class Exclude(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     gpu: str | None = None
@@ -85,11 +110,22 @@ class Spec(BaseModel):
     head_dims: list[int] = Field(min_length=1)
     provider: ProviderSpec = Field(default_factory=ProviderSpec)
     gpu: GpuSpec = Field(default_factory=GpuSpec)
-    tuned: Literal["user", "packaged"] = "user"
+    tuned: Literal["user", "packaged", "search"] = "user"
+    search: SearchSpec | None = Field(default=None, description="with tuned = \"search\" (default settings when "
+                                      "absent)")
     exclude: list[Exclude] = Field(default_factory=list)
     targets: list[str] = Field(default_factory=list, description="target files, relative to the spec file")
     out: str | None = Field(default=None, description="the library folder when --out is not given (relative to the "
                             "spec file)")
+
+    @property
+    def search_settings(self) -> SearchSpec:
+        return self.search or SearchSpec()
+
+    def index_dump(self) -> dict:
+        """The spec as the index records it (no `search` key where the spec has none: older indexes stay as they
+        were)."""
+        return self.model_dump(mode="json", exclude={"search"} if self.search is None else None)
 
     def entries(self) -> list[EntrySpec]:
         out = []
@@ -162,7 +198,7 @@ def _one_line(where: str, exc: ValidationError) -> str:
     kind = error.get("type", "")
     if kind == "extra_forbidden":
         section = loc.rsplit(".", 1)[0] if "." in loc else ""
-        model = {"provider": ProviderSpec, "gpu": GpuSpec}.get(section.split(".")[0], Spec)
+        model = {"provider": ProviderSpec, "gpu": GpuSpec, "search": SearchSpec}.get(section.split(".")[0], Spec)
         if section.startswith("exclude"):
             model = Exclude
         return f"{where}: unknown key {loc!r} (keys{' of [' + section + ']' if section else ''}: " \
@@ -180,6 +216,8 @@ def parse_spec(data: dict, where: str = "spec", base: Path | None = None) -> Spe
         spec = Spec.model_validate(data)
     except ValidationError as exc:
         raise UsageError(_one_line(where, exc)) from None
+    if spec.search is not None and spec.tuned != "search":
+        raise UsageError(f"{where}: [search] is for tuned = \"search\" (tuned is {spec.tuned!r})")
     from flashgen.target_files import register_target_file
     from flashgen.targets import get_target
 

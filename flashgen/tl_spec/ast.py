@@ -110,7 +110,7 @@ CONSTANTS = {"inf": float("inf"), "log2e": 1.4426950408889634, "ln2": 0.69314718
 #: the runtime softmax scale (1/sqrt(D) unless the caller gives one)
 RUNTIME_SCALARS = ("scale",)
 #: values taken from the `Variant` line (defined only when the variant has them)
-VARIANT_SCALARS = ("softcap", "window")
+VARIANT_SCALARS = ("softcap", "window", "window_left", "window_right")
 #: inside an elementwise Compute: absolute query row / key position of each element of the destination
 INDEX_NAMES = ("q_idx", "k_idx")
 

@@ -193,6 +193,9 @@ class _Checker:
                 builtins["softcap"] = _Sym("softcap", "builtin", probe=(p.variant.softcap, p.variant.softcap))
             if p.variant.window is not None:
                 builtins["window"] = _Sym("window", "builtin", probe=(p.variant.window, p.variant.window))
+            for side in ("window_left", "window_right"):  # the two-sided window's bounded sides
+                if (bound := getattr(p.variant, side)) is not None:
+                    builtins[side] = _Sym(side, "builtin", probe=(bound, bound))
         self.scopes = [builtins, {}]
         for name, value in p.params.items():
             if name in builtins:

@@ -171,6 +171,9 @@ class _Run:
             self.constants["softcap"] = float(program.variant.softcap)
         if program.variant.window is not None:
             self.constants["window"] = int(program.variant.window)
+        for side in ("window_left", "window_right"):  # the two-sided window's bounded sides
+            if (bound := getattr(program.variant, side)) is not None:
+                self.constants[side] = int(bound)
         self.constants.update(program.params)
         self.G = 1
         self.scalars: dict[str, Any] = {}

@@ -371,11 +371,12 @@ def _variant(items: list[tuple[Token, Token | None]], col: int) -> Variant:
             else:
                 raise _Diag(key.column, f"unknown variant flag '{k}'",
                             "flags: softmax|relu|sigmoid, causal, alibi, return_lse, split_kv; "
-                            "valued: window=INT, softcap=NUMBER, kv_group=INT")
+                            "valued: window=INT, window_left=INT, window_right=INT, softcap=NUMBER, kv_group=INT")
         else:
-            if k not in ("window", "softcap", "kv_group"):
+            if k not in ("window", "window_left", "window_right", "softcap", "kv_group"):
                 raise _Diag(key.column, f"'{k}' takes no value or is unknown",
-                            "valued fields: window=INT, softcap=NUMBER, kv_group=INT")
+                            "valued fields: window=INT, window_left=INT, window_right=INT, softcap=NUMBER, "
+                            "kv_group=INT")
             text = str(value)
             try:
                 fields[k] = float(text) if k == "softcap" else int(text)

@@ -60,6 +60,10 @@ def format_variant(variant: Variant) -> str:
         words.append("causal")
     if variant.window is not None:
         words.append(f"window={variant.window}")
+    if variant.window_left is not None:
+        words.append(f"window_left={variant.window_left}")
+    if variant.window_right is not None:
+        words.append(f"window_right={variant.window_right}")
     if variant.alibi:
         words.append("alibi")
     if variant.softcap is not None:

@@ -827,6 +827,9 @@ class _Lowering:
             sizes["softcap"] = self.variant.softcap
         if self.variant.window is not None:
             sizes["window"] = self.variant.window
+        for side in ("window_left", "window_right"):  # the two-sided window's bounded sides
+            if (bound := getattr(self.variant, side)) is not None:
+                sizes[side] = bound
         sizes[self.grid["head"]] = 1
         return sizes
 
@@ -876,7 +879,9 @@ class _Lowering:
         return go(poly)
 
     def invariant_names(self) -> set[str]:
-        return ({"M", "N", "H", "B", "D", "KV_GROUP", "diag", "softcap", "window", "inf", self.grid["head"]}
+        return ({"M", "N", "H", "B", "D", "KV_GROUP", "diag", "softcap", "window", "window_left", "window_right", "inf",
+                 self.grid["head"]}
+                | ({self.grid["batch"]} if "batch" in self.grid else set())
                 | set(self.params) | set(ast.CONSTANTS) | {p.name for p in self.prologue})
 
     def is_float(self, e: Any) -> bool:
@@ -1156,6 +1161,11 @@ class _Lowering:
             names["softcap"] = NameInfo(value=float(self.variant.softcap), ctype="float")
         if self.variant.window is not None:
             names["window"] = NameInfo(value=int(self.variant.window))
+        for side in ("window_left", "window_right"):  # the two-sided window's bounded sides: constants, as window
+            if (bound := getattr(self.variant, side)) is not None:
+                names[side] = NameInfo(value=int(bound))
+        if context in ("score", "prologue") and "batch" in self.grid:  # the batch index: `b` in every kernel's C
+            names.setdefault(self.grid["batch"], NameInfo("b", **pos))
         if context in ("score", "tile"):
             names[self.grid["m"]] = NameInfo("m_block", **pos)
             names["m_block"] = NameInfo("m_block", **pos)

@@ -21,6 +21,7 @@ Names visible to expressions (all `int` unless said otherwise):
              position i + diag (flashgen.variant conventions), so causal is `kpos <= qpos + diag`
   head       query head index;  heads: number of query heads;  kv_head: the K/V head it reads
   seqlen_q, seqlen_k, batch
+  b          batch index (score modifications, masks and prologue entries)
   m_block    query tile index (rows m_block*BLOCK_M ..);  n_block: key tile index (tile-range
              expressions and `mask_tile` only)
   BLOCK_M, BLOCK_N    the tile sizes (compile-time constants)
@@ -46,7 +47,7 @@ ARCHES: tuple[str, ...] = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
 SUPPORTED_HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 256)
 
 EXPR_NAMES = frozenset({
-    "s", "qpos", "kpos", "diag", "head", "heads", "kv_head", "seqlen_q", "seqlen_k", "batch",
+    "s", "qpos", "kpos", "diag", "head", "heads", "kv_head", "seqlen_q", "seqlen_k", "batch", "b",
     "m_block", "n_block", "BLOCK_M", "BLOCK_N",
 })
 # C functions and keywords an expression may call or contain besides names.
@@ -206,6 +207,8 @@ def score_mods_for(variant: Variant) -> tuple[list[ScoreMod], list[Prologue]]:
 def visibility_for(variant: Variant) -> tuple[str | None, str, str, str]:
     """(visible, kv_tile_begin, kv_tile_end, mask_tile) for the variant's mask."""
     all_tiles_end = "(seqlen_k + BLOCK_N - 1) / BLOCK_N"
+    if variant.two_sided:
+        return _two_sided_visibility(variant, all_tiles_end)
     if not variant.causal:
         return None, "0", all_tiles_end, "false"
     # last visible key of the tile's last row is (m_block+1)*BLOCK_M - 1 + diag
@@ -219,6 +222,24 @@ def visibility_for(variant: Variant) -> tuple[str | None, str, str, str]:
     visible = f"kpos <= qpos + diag && qpos + diag - kpos < {w}"
     window_mask = f"(m_block + 1) * BLOCK_M - 1 + diag - n_block * BLOCK_N >= {w}"
     return visible, begin, end, f"({causal_mask}) || ({window_mask})"
+
+
+def _two_sided_visibility(variant: Variant, all_tiles_end: str) -> tuple[str, str, str, str]:
+    """FlashAttention's window size (left, right), not causal: keys qpos + diag - left .. qpos + diag + right; the
+    key-tile range skips the tiles before the first row's window and after the last row's."""
+    left, right = variant.window_left, variant.window_right
+    conds, masks, begin, end = [], [], "0", all_tiles_end
+    if right is not None:
+        conds.append(f"kpos <= qpos + diag + {right}")
+        # last visible key of the tile's last row is (m_block+1)*BLOCK_M - 1 + diag + right
+        end = f"min({all_tiles_end}, max(0, ((m_block + 1) * BLOCK_M + diag + {right} + BLOCK_N - 1) / BLOCK_N))"
+        masks.append(f"(n_block + 1) * BLOCK_N - 1 > m_block * BLOCK_M + diag + {right}")
+    if left is not None:
+        conds.append(f"qpos + diag - kpos <= {left}")
+        # first visible key of the tile's first row is m_block*BLOCK_M + diag - left
+        begin = f"max(0, m_block * BLOCK_M + diag - {left}) / BLOCK_N"
+        masks.append(f"(m_block + 1) * BLOCK_M - 1 + diag - n_block * BLOCK_N > {left}")
+    return " && ".join(conds), begin, end, " || ".join(f"({m})" for m in masks)
 
 
 def normalization_for(variant: Variant) -> tuple[Normalization, list[Prologue]]:
