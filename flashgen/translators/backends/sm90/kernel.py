@@ -116,8 +116,11 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         name=plan.name, arch=plan.target.feature_arch or "sm_90a", dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
         launches=[Launch(kernel=plan.name, grid=(grid_x(plan), "1", "1"), threads=threads(plan),
                          smem_bytes=smem_bytes(plan, options["o_via_tma"]))],
+        # every tile parameter of the plan, as the other paths record them: Q_IN_REGS is the tile table's 1, which
+        # this path ignores (wgmma reads Q from shared memory), recorded so that the record matches the table's
+        # choice and meta.json can say where the parameters came from
         params={"BLOCK_M": plan.block_m, "BLOCK_N": plan.block_n, "WARPS": plan.warps,
-                "STAGES": plan.stages, "GROUP_HEADS": plan.group_heads},
+                "STAGES": plan.stages, "Q_IN_REGS": int(plan.q_in_regs), "GROUP_HEADS": plan.group_heads},
         tensor_maps=[TensorMapSpec(tensor="q", box_rows=plan.block_m), TensorMapSpec(tensor="k", box_rows=plan.block_n),
                      TensorMapSpec(tensor="v", box_rows=plan.block_n),
                      *([TensorMapSpec(tensor="o", box_rows=64)] if options["o_via_tma"] else [])],
