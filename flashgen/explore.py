@@ -217,8 +217,7 @@ def dense_reference(variant: Variant | None = None, score: Callable | None = Non
     then `score(s, q_pos, k_pos)` (your score function, numpy), the variant's visible keys and `mask(q_pos, k_pos)`
     (True: visible), then the variant's normalisation. k_pos is the key's position, q_pos the query's position on
     the same axis: row i sits at i + M - N (bottom-right aligned; in the TL, `q_idx + M - N`)."""
-    from flashgen.reference import visible_mask
-    from flashgen.variant import Norm
+    from flashgen.reference import attend, visible_mask
 
     variant = variant or Variant()
 
@@ -236,19 +235,7 @@ def dense_reference(variant: Variant | None = None, score: Callable | None = Non
                 s = scale * (q[bi, hi] @ k[bi, hi // group].T)
                 if score is not None:
                     s = np.broadcast_to(score(s, q_idx, k_idx), (n, m)).astype(np.float64)
-                vv = v[bi, hi // group]
-                if variant.norm is Norm.softmax:
-                    s = np.where(visible, s, -np.inf)
-                    top = s.max(axis=1, keepdims=True)
-                    top = np.where(np.isfinite(top), top, 0.0)
-                    p = np.exp(s - top)
-                    total = p.sum(axis=1, keepdims=True)
-                    p = np.where(total > 0, p / np.where(total > 0, total, 1.0), 0.0)
-                elif variant.norm is Norm.relu:
-                    p = np.where(visible, np.maximum(s, 0.0), 0.0) / m
-                else:
-                    p = np.where(visible, 1.0 / (1.0 + np.exp(-(s - np.log(m)))), 0.0)
-                out[bi, hi] = p @ vv
+                out[bi, hi] = attend(s, visible, v[bi, hi // group], variant.norm)[0]
         return out
 
     return reference

@@ -39,6 +39,26 @@ def scores(q: np.ndarray, k: np.ndarray, variant: Variant, head: int, heads: int
     return s
 
 
+def attend(s: np.ndarray, visible: np.ndarray, v: np.ndarray, norm: Norm) -> tuple[np.ndarray, np.ndarray | None]:
+    """One head's normalisation over its visible keys: final scores s (N, M), visible (N, M), V (M, Dv) ->
+    O (N, Dv) float64 and, for softmax, LSE (N) (natural log, -inf for a row that sees no key; O = 0 there)."""
+    m = s.shape[1]
+    vv = v.astype(np.float64)
+    if norm is Norm.softmax:
+        s = np.where(visible, s, -np.inf)
+        row_max = s.max(axis=1, keepdims=True)
+        safe_max = np.where(np.isfinite(row_max), row_max, 0.0)
+        p = np.exp(s - safe_max)
+        row_sum = p.sum(axis=1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.where(row_sum > 0, (p @ vv) / np.where(row_sum > 0, row_sum, 1.0), 0.0)
+            lse = np.where(row_sum[:, 0] > 0, np.log(row_sum[:, 0]) + safe_max[:, 0], -np.inf)
+        return out, lse
+    if norm is Norm.relu:
+        return np.where(visible, np.maximum(s, 0.0), 0.0) / m @ vv, None
+    return np.where(visible, 1.0 / (1.0 + np.exp(-(s - np.log(m)))), 0.0) @ vv, None
+
+
 def attention(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, variant: Variant, scale: float | None = None
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -58,22 +78,9 @@ def attention(
     for bi in range(b):
         for hi in range(h):
             s = scores(q[bi, hi], k[bi, hi // group], variant, hi, h, scale)
-            vv = v[bi, hi // group].astype(np.float64)
-            if variant.norm is Norm.softmax:
-                s = np.where(visible, s, -np.inf)
-                row_max = s.max(axis=1, keepdims=True)
-                safe_max = np.where(np.isfinite(row_max), row_max, 0.0)
-                p = np.exp(s - safe_max)
-                row_sum = p.sum(axis=1, keepdims=True)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    out[bi, hi] = np.where(row_sum > 0, (p @ vv) / np.where(row_sum > 0, row_sum, 1.0), 0.0)
-                    lse[bi, hi] = np.where(row_sum[:, 0] > 0, np.log(row_sum[:, 0]) + safe_max[:, 0], -np.inf)
-            elif variant.norm is Norm.relu:
-                p = np.where(visible, np.maximum(s, 0.0), 0.0) / m
-                out[bi, hi] = p @ vv
-            else:
-                p = np.where(visible, 1.0 / (1.0 + np.exp(-(s - np.log(m)))), 0.0)
-                out[bi, hi] = p @ vv
+            out[bi, hi], head_lse = attend(s, visible, v[bi, hi // group], variant.norm)
+            if lse is not None:
+                lse[bi, hi] = head_lse
     return out, lse
 
 
