@@ -9,10 +9,10 @@
 #    searched on the GPU (the 6 likeliest candidates and the packaged choice), built with the winner, verified and
 #    timed (beside step 2's packaged kernels at the same shape) -> $OUT/h200-search-library.json,
 #    $OUT/h200-search-library.md, $OUT/h200-search-summary.json; then the rerun (every entry kept, nothing searched)
-# 4. nvcc throughput against cores (K = 4 x 16 = 64 real compiles: the 24 distinct committed kernel sources for their
+# 4. the library's GPU tests (tests/test_library_gpu.py)
+# 5. nvcc throughput against cores (K = 4 x 16 = 64 real compiles: the 24 distinct committed kernel sources for their
 #    own arch, then again with a define of their own each; one at a time, then on 16 threads) and the 4-entry CPU-only
 #    job (benchmarks/library_scaling.py) -> $OUT/h200-scaling.json
-# 5. the library's GPU tests (tests/test_library_gpu.py)
 cd "$(dirname "$0")/.." || exit 1
 [ -n "${NO_WHEELS:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-} || { echo "wheel install from .whl/ failed"; exit 1; }
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
@@ -52,5 +52,8 @@ echo "# h200 search library: exit $?, $(python3 -c "print(round($(date +%s.%N) -
 cp /tmp/h200-search/library.json "$OUT/h200-search-library.json"; cp /tmp/h200-search/library.md "$OUT/h200-search-library.md"
 cat /tmp/h200-search/library.md
 python3 -m flashgen library build /tmp/h200-search.toml --out /tmp/h200-search --json | python3 -c "import json,sys; s=json.load(sys.stdin); print('# search rerun:', s['kept'], 'kept,', s['built'], 'built,', s['searched'], 'searched in', s['wall_s'], 's')"
-timeout 240 python3 benchmarks/library_scaling.py --skip-sequential --only h200/fp16 --nvcc --out "$OUT/h200-scaling.json"
 timeout 180 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_library_gpu.py 2>&1 | tail -5
+# the scaling step last, inside what is left of the call (LIBRARY_CALL_S, default 590 s)
+left=$(( ${LIBRARY_CALL_S:-590} - SECONDS ))
+echo "# nvcc scaling: $left s left"
+timeout "$left" python3 benchmarks/library_scaling.py --skip-sequential --only h200/fp16 --nvcc --out "$OUT/h200-scaling.json"
