@@ -12,10 +12,12 @@
    h200, t4 and rtx8000 share their sources), and where those are fewer than K, each again with a define of its own
    (-DFLASHGEN_SCALING_COPY=i: the same work, another cache key). K defaults to those or 4 x N, whichever is more;
    fewer than 4 x N is refused (with K near N the wall at N is the longest single compile, an sm_90a kernel's ~3x
-   an sm_80 one's, and says nothing about throughput). The K compiles run one at a time, then on N threads (one pool
-   over every arch), in the same order. Reported: both walls; the makespan bound at N, max(the one-at-a-time
+   an sm_80 one's, and says nothing about throughput). The K compiles run one at a time, then on N workers (one pool
+   over every arch), in the same order: spawned processes, as the library job's build pool runs them (the default),
+   or threads of one process, as compile_many does (--nvcc-workers thread, or process,thread for both; on the
+   H200's 16 cores the Python around each nvcc, ~85 ms of it, runs one thread at a time under the GIL). Reported: both walls; the makespan bound at N, max(the one-at-a-time
    compile seconds / N, the longest single compile); the list schedule of the one-at-a-time compile seconds on N
-   threads (the wall at N if compiles did not slow each other); each compile's mean seconds at 1 and at N (how much
+   workers (the wall at N if compiles did not slow each other); each compile's mean seconds at 1 and at N (how much
    running N at once slows each); the efficiency raw, (K / wall at N) / (N x K / wall at 1) (issue 16's goal: 0.8
    or more), and against the bound, bound / wall at N.
 """
@@ -101,22 +103,60 @@ def list_schedule(seconds: list[float], threads: int) -> float:
     return max(free)
 
 
-def nvcc_throughput(scratch: Path, count: int, jobs: int) -> dict:
-    from concurrent.futures import ThreadPoolExecutor
-
+def _compile_job(job: tuple[str, str, str, list[str]]):
+    """One compile in a build process: what the library job's pool runs (flashgen.library.engines)."""
     from flashgen.harness.compile import compile_cuda
 
-    work = nvcc_jobs(count)
-    runs = {}
-    for n in (1, jobs):
-        os.environ["FLASHGEN_CACHE_DIR"] = str(scratch / f"nvcc-cache-{n}")  # cold, its own: every compile is real
-        started = time.monotonic()
+    result = compile_cuda(job[1], job[2], options=job[3])
+    return result.ok, result.cache_hit, result.seconds
+
+
+def _warm(_: int) -> None:
+    import flashgen.harness.compile  # noqa: F401  (the import a build process pays once)
+
+    time.sleep(0.3)  # held, so that every worker of the pool starts before the timing
+
+
+def _run_compiles(work, n: int, kind: str):
+    """The compiles on n workers: `process` (spawned processes, as the library job's build pool) or `thread` (one
+    process, as compile_many: the Python around each nvcc holds the GIL, so it runs one thread at a time)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+    if kind == "thread":
         with ThreadPoolExecutor(max_workers=n) as pool:
-            results = list(pool.map(lambda job: compile_cuda(job[1], job[2], options=job[3]), work))
-        wall = time.monotonic() - started
-        seconds = [r.seconds for r in results]
-        runs[n] = {"wall_s": round(wall, 2), "compiles": len(results), "ok": sum(r.ok for r in results),
-                   "cache_hits": sum(r.cache_hit for r in results), "compile_s_sum": round(sum(seconds), 2),
+            started = time.monotonic()
+            results = list(pool.map(_compile_job, work))
+            return time.monotonic() - started, results
+    with ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("spawn")) as pool:
+        list(pool.map(_warm, range(n)))
+        started = time.monotonic()
+        results = list(pool.map(_compile_job, work))
+        return time.monotonic() - started, results
+
+
+def nvcc_throughput(scratch: Path, count: int, jobs: int, kinds: tuple[str, ...] = ("process",)) -> dict:
+    """One run one at a time, then one on `jobs` workers per kind; the first kind's figures are the top level,
+    each further kind's parallel figures go under `by_workers`."""
+    out = _throughput(scratch, nvcc_jobs(count), jobs, kinds[0], None)
+    out["by_workers"] = {kind: _throughput(scratch, nvcc_jobs(count), jobs, kind, out["_one"]) for kind in kinds[1:]}
+    for other in out["by_workers"].values():
+        for key in ("_one", "seconds_1", "labels", "archs", "one_at_a_time"):
+            other.pop(key)
+    out.pop("_one")
+    return out
+
+
+def _throughput(scratch: Path, work, jobs: int, kind: str, one: dict | None) -> dict:
+    runs = {1: one} if one is not None else {}
+    for n in (1, jobs):
+        if n in runs:
+            continue
+        os.environ["FLASHGEN_CACHE_DIR"] = str(scratch / f"nvcc-cache-{kind}-{n}")  # cold, its own: all real
+        wall, results = _run_compiles(work, n, kind)
+        seconds = [s for _ok, _hit, s in results]
+        runs[n] = {"wall_s": round(wall, 2), "compiles": len(results), "ok": sum(ok for ok, _h, _s in results),
+                   "cache_hits": sum(hit for _ok, hit, _s in results), "compile_s_sum": round(sum(seconds), 2),
                    "compile_s_mean": round(sum(seconds) / len(seconds), 3), "compile_s_max": round(max(seconds), 2),
                    "longest": work[seconds.index(max(seconds))][0], "seconds": [round(x, 3) for x in seconds]}
     one, par = runs[1], runs[jobs]
@@ -125,7 +165,7 @@ def nvcc_throughput(scratch: Path, count: int, jobs: int) -> dict:
     by_arch: dict[str, list[float]] = {}
     for (_label, _source, arch, _opts), s in zip(work, one["seconds"], strict=True):
         by_arch.setdefault(arch, []).append(s)
-    return {"compiles": len(work), "jobs": jobs, "distinct_kernels": len({w[0].split("#")[0] for w in work}),
+    return {"workers": kind, "compiles": len(work), "jobs": jobs, "distinct_kernels": len({w[0].split("#")[0] for w in work}),
             "archs": {a: {"compiles": len(v), "mean_s": round(sum(v) / len(v), 2)} for a, v in sorted(by_arch.items())},
             "one_at_a_time": {k: v for k, v in one.items() if k != "seconds"},
             "parallel": {k: v for k, v in par.items() if k != "seconds"},
@@ -136,7 +176,7 @@ def nvcc_throughput(scratch: Path, count: int, jobs: int) -> dict:
             "compiles_per_s_n": round(len(work) / par["wall_s"], 3),
             "efficiency": round(one["wall_s"] / (jobs * par["wall_s"]), 3),
             "efficiency_vs_bound": round(bound / par["wall_s"], 3),
-            "seconds_1": one["seconds"], "seconds_n": par["seconds"], "labels": [w[0] for w in work]}
+            "seconds_1": one["seconds"], "seconds_n": par["seconds"], "labels": [w[0] for w in work], "_one": one}
 
 
 def main() -> int:
@@ -148,6 +188,8 @@ def main() -> int:
     parser.add_argument("--nvcc", type=int, nargs="?", const=-1, default=0, metavar="K",
                         help="also time K nvcc compiles, 1 vs N at a time (default K: the committed kernels or 4 x N, "
                              "whichever is more; at least 4 x N)")
+    parser.add_argument("--nvcc-workers", default="process", help="process (the library job's build pool: spawned "
+                        "processes), thread (compile_many's threads), or both, comma-separated: process,thread")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     from flashgen import regenerate
@@ -155,6 +197,8 @@ def main() -> int:
     from flashgen.library.engines import usable_cpus
 
     jobs = args.jobs or usable_cpus()
+    if not set(args.nvcc_workers.split(",")) <= {"process", "thread"}:
+        parser.error(f"--nvcc-workers {args.nvcc_workers}: process, thread, or process,thread")
     nvcc_count = max(len(distinct_kernels()), 4 * jobs) if args.nvcc == -1 else args.nvcc
     if args.nvcc and nvcc_count < 4 * jobs:
         parser.error(f"--nvcc {nvcc_count}: at least 4 x N = {4 * jobs} compiles (with K near N the wall at N is the "
@@ -184,9 +228,9 @@ def main() -> int:
             print(f"one by one: {seq_s:.1f} s; ratio {seq_s / lib_s:.2f}x; outputs differ: {differ or 'none'}",
                   flush=True)
         if args.nvcc:
-            result["nvcc"] = nv = nvcc_throughput(scratch, nvcc_count, jobs)
+            result["nvcc"] = nv = nvcc_throughput(scratch, nvcc_count, jobs, tuple(args.nvcc_workers.split(",")))
             print(f"nvcc: {nv['compiles']} compiles ({nv['distinct_kernels']} kernels): "
-                  f"{nv['one_at_a_time']['wall_s']} s one at a time, {nv['parallel']['wall_s']} s on {jobs} threads "
+                  f"{nv['one_at_a_time']['wall_s']} s one at a time, {nv['parallel']['wall_s']} s on {jobs} {nv['workers']} workers "
                   f"(bound {nv['makespan_bound_s']} s, longest compile {nv['longest_compile_s']} s, list schedule "
                   f"{nv['list_schedule_s']} s, each compile {nv['slowdown_per_compile']}x slower); efficiency "
                   f"{nv['efficiency']} raw, {nv['efficiency_vs_bound']} against the bound; cache hits "

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from flashgen.operators import SIZE_BINARY, SIZE_FUNCTIONS, UNARY
 from flashgen.variant import DType, Variant
@@ -32,6 +32,15 @@ TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap)
 
 # SMS: the streaming multiprocessors of the GPU the kernel runs on (a persistent grid sizes itself by it).
 SIZE_NAMES = ("B", "H", "KVH", "N", "M", "D", "SPLITS", "SMS")
+
+#: call-time tensors of score and mask functions (FlashgenAttnParams.mod_tensors): at most this many, of at most
+#: MAX_MOD_RANK dims each (FLASHGEN_MAX_MOD_TENSORS and FLASHGEN_MAX_MOD_RANK in flashgen_abi.cuh say the same)
+MAX_MOD_TENSORS = 4
+MAX_MOD_RANK = 4
+#: the sizes a call-time tensor's dims may name (or a positive integer)
+MOD_TENSOR_SIZES = ("B", "H", "KVH", "N", "M", "D")
+#: a declaration without a fill rule fills uniformly over these bounds (TL expressions over the sizes)
+DEFAULT_FILL = {"int32": ("0", "M"), "fp32": ("0", "1")}
 
 
 class Launch(BaseModel):
@@ -53,6 +62,66 @@ class TensorMapSpec(BaseModel):
     box_rows: int = Field(ge=1, le=256)
     box_cols: int = Field(default=64, ge=8, le=256, description="elements; box_cols * itemsize <= swizzle_bytes")
     swizzle_bytes: Literal[128] = 128
+
+
+_MOD_TENSOR_TEXT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\w+)\s*\[([^\]]*)\]\s*"
+                              r"(?::\s*([^:]*?)\s*\.\.\s*([^:]*?)\s*)?(?::\s*(sorted)\s*)?$")
+MOD_TENSOR_FORM = "NAME=DTYPE[DIMS][:LO..HI][:sorted], e.g. LEN=int32[B]:0..M or DOC=int32[M]:0..3:sorted"
+
+
+class ModTensor(BaseModel):
+    """A call-time tensor of a kernel's score or mask function (the TL's `Tensor NAME shape [..] dtype .. fill LO to HI
+    [sorted]` line; docs/variants.md): what the caller passes (`tensors={NAME: array}`) and how the harness fills one
+    for verification and timing. Slot i of FlashgenAttnParams.mod_tensors is the manifest's i-th. Written as text
+    (`text`, `parse`): NAME=DTYPE[DIMS]:LO..HI[:sorted], the CLI's --tensor and the manifest's form."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    dtype: Literal["int32", "fp32"]
+    shape: tuple[str | int, ...] = Field(description="size names or positive ints")
+    low: str = Field(description="fill: lowest value (over the sizes)")
+    high: str = Field(description="fill: highest (int32) or bound (fp32)")
+    sorted: bool = Field(default=False, description="fill: ascending along the last axis")
+
+    @field_validator("shape")
+    @classmethod
+    def _dims(cls, shape: tuple) -> tuple:
+        if not 1 <= len(shape) <= MAX_MOD_RANK:
+            raise ValueError(f"a call-time tensor has 1 to {MAX_MOD_RANK} dims, not {len(shape)}")
+        for dim in shape:
+            if isinstance(dim, str) and dim not in MOD_TENSOR_SIZES or isinstance(dim, int) and dim < 1:
+                raise ValueError(f"dim {dim!r}: a size ({', '.join(MOD_TENSOR_SIZES)}) or a positive integer")
+        return shape
+
+    def dims(self, sizes: dict[str, int]) -> tuple[int, ...]:
+        """The dims at these sizes (B, H, KVH, N, M, D)."""
+        return tuple(int(sizes[d]) if isinstance(d, str) else int(d) for d in self.shape)
+
+    @property
+    def text(self) -> str:
+        """The CLI's form: NAME=DTYPE[DIMS]:LO..HI[:sorted]."""
+        return (f"{self.name}={self.dtype}[{', '.join(map(str, self.shape))}]:{self.low}..{self.high}"
+                + (":sorted" if self.sorted else ""))
+
+    @classmethod
+    def parse(cls, text: str) -> ModTensor:
+        """NAME=DTYPE[DIMS][:LO..HI][:sorted] -> ModTensor (no fill: DEFAULT_FILL). ValueError, one line, otherwise;
+        the bounds are kept as text (their meaning is the TL's: flashgen.tl_spec.tensors)."""
+        from pydantic import ValidationError
+
+        match = _MOD_TENSOR_TEXT.match(text) if isinstance(text, str) else None
+        if match is None:
+            raise ValueError(f"expected {MOD_TENSOR_FORM}")
+        name, dtype, dims_text, low, high, is_sorted = match.groups()
+        if dtype not in DEFAULT_FILL:
+            raise ValueError(f"dtype {dtype!r}: a call-time tensor is {' or '.join(DEFAULT_FILL)}")
+        dims = [int(d) if d.isdigit() else d for d in (d.strip() for d in dims_text.split(","))]
+        if low is None:
+            low, high = DEFAULT_FILL[dtype]
+        try:
+            return cls(name=name, dtype=dtype, shape=tuple(dims), low=low, high=high, sorted=is_sorted is not None)
+        except ValidationError as exc:
+            raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
 
 
 class KernelManifest(BaseModel):
@@ -79,14 +148,31 @@ class KernelManifest(BaseModel):
         description="TMA tensor maps the kernel takes as its second parameter (const __grid_constant__ "
         "FlashgenTensorMaps); empty for kernels whose only parameter is FlashgenAttnParams",
     )
+    mod_tensors: list[str] = Field(
+        default_factory=list, max_length=MAX_MOD_TENSORS,
+        description="call-time tensors, NAME=DTYPE[DIMS]:LO..HI[:sorted]: the TL's Tensor lines, in "
+        "FlashgenAttnParams.mod_tensors order",
+    )
     notes: str = ""
+
+    @field_validator("mod_tensors")
+    @classmethod
+    def _tensor_texts(cls, texts: list[str]) -> list[str]:
+        return [ModTensor.parse(text).text for text in texts]  # canonical text; ValueError for a bad one
+
+    @property
+    def call_tensors(self) -> list[ModTensor]:
+        """The call-time tensors (`mod_tensors` parsed), in slot order."""
+        return [ModTensor.parse(text) for text in self.mod_tensors]
 
     @model_serializer(mode="wrap")
     def _omit_absent_tensor_maps(self, handler):
-        # Kernels without TMA (every pre-Hopper one) serialize exactly as before the field existed.
+        # Kernels without TMA (every pre-Hopper one) or call-time tensors serialize exactly as before the fields existed.
         data = handler(self)
-        if isinstance(data, dict) and not data.get("tensor_maps"):
-            data.pop("tensor_maps", None)
+        if isinstance(data, dict):
+            for key in ("tensor_maps", "mod_tensors"):
+                if not data.get(key):
+                    data.pop(key, None)
         return data
 
 
@@ -110,6 +196,10 @@ class FlashgenAttnParams(ctypes.Structure):
         ("seqlen_k", ctypes.c_int),
         ("num_splits", ctypes.c_int),
         ("scale", ctypes.c_float),
+        ("alibi_slopes", ctypes.c_void_p),
+        ("alibi_stride_b", ctypes.c_longlong),
+        ("mod_tensors", ctypes.c_void_p * MAX_MOD_TENSORS),
+        ("mod_strides", (ctypes.c_longlong * MAX_MOD_RANK) * MAX_MOD_TENSORS),
     ]
 
 

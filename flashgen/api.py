@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from flashgen.abi import KernelManifest
 from flashgen.errors import FlashgenError, UsageError, pydantic_message
-from flashgen.variant import DType, Variant, make_variant, parse_dtype
+from flashgen.variant import DType, Variant, check_head_dim, make_variant, parse_dtype
 
 __all__ = ["DEFAULT_DTYPE", "DEFAULT_GPU", "DEFAULT_HEAD_DIM", "Kernel", "ProgramRejected", "build", "default_build_dir",
            "default_out_dir", "generate", "make_variant", "parse_dtype"]
@@ -44,16 +44,21 @@ class Kernel:
     def verified(self) -> bool | None:
         return self.meta.get("verification", {}).get("ok")
 
-    def __call__(self, q, k, v, scale: float | None = None):
+    def __call__(self, q, k, v, scale: float | None = None, alibi_slopes=None, tensors=None):
         """O (and LSE when the variant returns it) for CUDA arrays q (B, H, N, D), k and v (B, KVH, M, D) in the
         kernel's dtype, zero-copy, on the arrays' current stream: torch tensors, anything with
-        __cuda_array_interface__ (cupy, pycuda GPUArray, numba, jax) or DLPack; all three of one kind. O and LSE come
+        __cuda_array_interface__ (cupy, pycuda GPUArray, numba, jax) or DLPack; all of one kind. O and LSE come
         back as that kind (torch, cupy, pycuda, numba; a cupy array for jax and other kinds). Running needs cupy (the
         gpu extra); torch is optional. A bad array is an ArrayError (a ValueError), one line. `scale`: the softmax
-        scale (None: the one `generate` was given, else 1/sqrt(D))."""
+        scale (None: the one `generate` was given, else 1/sqrt(D)). `alibi_slopes` (an ALiBi kernel): FlashAttention's
+        fp32 (H) or (B, H) slopes (None: the standard 2^(-8 (h + 1) / H)). `tensors`: {name: array} for each call-time
+        tensor of the kernel's score and mask functions (`kernel.manifest.mod_tensors`: int32 or fp32 of the declared
+        shape), every one it declares."""
         from flashgen.harness.device import (
             ArrayError,
             _check_tensor,
+            call_time_views,
+            check_call_time,
             check_same_kind,
             device_arch,
             empty_like,
@@ -62,12 +67,15 @@ class Kernel:
         )
 
         views = {name: tensor_view(x, name) for name, x in (("q", q), ("k", k), ("v", v))}
-        check_same_kind(views)
+        slopes, named = call_time_views(alibi_slopes, tensors)
+        check_same_kind({**views, **({"alibi_slopes": slopes} if slopes is not None else {}),
+                         **{f"tensors[{n!r}]": view for n, view in named.items()}})
         if any(len(view.shape) != 4 for view in views.values()):
             raise ArrayError("q, k, v must be 4-D: q (B, H, N, D), k and v (B, KVH, M, D); got "
                              + ", ".join(f"{n} {tuple(view.shape)}" for n, view in views.items()))
         for name, view in views.items():
             _check_tensor(name, view, self.manifest.dtype.value)
+        check_call_time(self.manifest, views["q"], views["k"], slopes, named)  # before compiling: one line now
         if self._launcher is None:
             from flashgen.harness.compile import compile_cuda
 
@@ -80,7 +88,8 @@ class Kernel:
         b, h, n, d = views["q"].shape
         o = empty_like(q, (b, h, n, d), self.manifest.dtype.value)
         lse = empty_like(q, (b, h, n), "fp32") if self.manifest.variant.return_lse else None
-        launch(self.manifest, self._launcher, q, k, v, o, lse, scale=self.softmax_scale if scale is None else scale)
+        launch(self.manifest, self._launcher, q, k, v, o, lse, scale=self.softmax_scale if scale is None else scale,
+               alibi_slopes=alibi_slopes, tensors=tensors)
         return (o, lse) if lse is not None else o
 
     def __repr__(self) -> str:
@@ -129,6 +138,7 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
              goal_speedup: float = 1.0, out: str | Path | None = None, resume: str | None = None,
              request_timeout_s: float | None = None, retries: int | None = None,
              score_mod: str | None = None, mask_mod: str | None = None, params: dict[str, Any] | None = None,
+             tensors: dict[str, str] | None = None,
              store=None, env=None, progress=None, window_size: tuple[int, int] | None = None,
              softmax_scale: float | None = None, split_kv: bool = False, num_splits: int | None = None) -> Kernel:
     """Generate (or, with `resume`, finish generating) a kernel; writes its files to `out` when given (atomically,
@@ -145,9 +155,11 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
     decode, `num_splits` its fixed split count (default: chosen by the sizes at each launch). On `resume` the run's
     recorded ones hold: these are refused there.
     Score and mask functions (flashgen.mods, docs/variants.md): `score_mod` an expression over the score s, q_idx,
-    k_idx, b, h and the sizes, `mask_mod` a condition over the same, `params` {NAME: number} constants they read;
-    written into the kernel's TL, which is then its own fp64 reference; a bad one is a UsageError before any model
-    call. On `resume` the run's own hold: these are refused there.
+    k_idx, b, h and the sizes, `mask_mod` a condition over the same, `params` {NAME: number} constants they read,
+    `tensors` {NAME: "int32[B]:0..M"} call-time tensors they read as NAME[i] (DTYPE[DIMS][:LO..HI][:sorted]: int32 or
+    fp32, dims over B, H, KVH, N, M, D, and the fill verification and timing use; the kernel's call then takes
+    tensors={NAME: array}); written into the kernel's TL, which is then its own fp64 reference; a bad one is a
+    UsageError before any model call. On `resume` the run's own hold: these are refused there.
     Raises FlashgenError subclasses (one line) for bad input and for a run that ends without a kernel;
     flashgen.errors.Interrupted (a KeyboardInterrupt) when SIGINT stops the run, after recording it."""
     from contextlib import nullcontext
@@ -185,17 +197,17 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
     runtime = {k: v for k, v in (("softmax_scale", softmax_scale), ("num_splits", num_splits)) if v is not None}
     if resume is not None and runtime:
         raise UsageError(f"{', '.join(runtime)}: a resume runs with the run's recorded settings; give them to a new run")
-    if resume is not None and (score_mod is not None or mask_mod is not None or params):
-        raise UsageError("score_mod, mask_mod, params: a resume keeps the run's own functions; give them to a new run")
+    if resume is not None and (score_mod is not None or mask_mod is not None or params or tensors):
+        raise UsageError("score_mod, mask_mod, params, tensors: a resume keeps the run's own functions; give them to a "
+                         "new run")
     task = config = None
     if resume is None:
         from flashgen.mods import make_mods
 
-        mods = make_mods(score_mod, mask_mod, params)  # a bad expression: one line, before any work
+        mods = make_mods(score_mod, mask_mod, params, tensors)  # a bad expression: one line, before any work
         target = env.target(gpu)
         dtype_value = parse_dtype(dtype)
-        if head_dim < 1:
-            raise UsageError(f"head dim must be positive, got {head_dim}")
+        check_head_dim(head_dim)
         variant = make_variant(causal=causal, window=window, alibi=alibi, softcap=softcap, norm=norm, lse=lse,
                                kv_group=kv_group, window_size=window_size, split_kv=split_kv)
         if num_splits is not None and not variant.split_kv:
@@ -384,6 +396,8 @@ def _computes_something_else(program) -> bool:
     own); a program that cannot even run counts so, and the loop's CPU check then says why."""
     from flashgen.translators.lower import computes_declared_variant
 
+    if program.tensor_decls:  # what its call-time tensors mean, only the program says
+        return True
     try:
         return not computes_declared_variant(program)
     except FlashgenError:

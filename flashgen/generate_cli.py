@@ -13,6 +13,7 @@ from flashgen.console import err as console
 from flashgen.console import out as result_console
 from flashgen.console import styled
 from flashgen.errors import UsageError
+from flashgen.variant import HEAD_DIM_STEP, SUPPORTED_HEAD_DIMS, check_head_dim
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +21,8 @@ def register(app: typer.Typer) -> None:
     def generate_command(
         gpu: str = typer.Option(DEFAULT_GPU, "--gpu", help="target GPU (see `flashgen targets`)"),
         dtype: str = typer.Option(DEFAULT_DTYPE, "--dtype", help="fp16, bf16 or fp32 (bf16 and fp32 on sm_75 run through scaled fp16 tiles; fp32 elsewhere through tf32)"),
-        head_dim: int = typer.Option(DEFAULT_HEAD_DIM, "--head-dim", help="D"),
+        head_dim: int = typer.Option(DEFAULT_HEAD_DIM, "--head-dim", help=f"D: a multiple of {HEAD_DIM_STEP} from "
+                                     f"{SUPPORTED_HEAD_DIMS[0]} to {SUPPORTED_HEAD_DIMS[-1]}"),
         causal: opts.Causal = False,
         window: opts.Window = None,
         alibi: opts.Alibi = False,
@@ -43,6 +45,9 @@ def register(app: typer.Typer) -> None:
                                             "masked"),
         param: list[str] | None = typer.Option(None, "--param", help="NAME=VALUE: a constant the functions read "
                                                "(repeatable)"),
+        tensor: list[str] | None = typer.Option(None, "--tensor", help="NAME=DTYPE[DIMS][:LO..HI][:sorted]: a tensor "
+                                                "the functions read as NAME[i], given at each call, e.g. "
+                                                "LEN=int32[B]:0..M (repeatable; docs/variants.md)"),
         provider: str | None = typer.Option(None, "--provider", help="expert (default) | openai | anthropic | "
                                             "openai-compatible; on --resume: go on with this one instead of the "
                                             "run's"),
@@ -96,15 +101,16 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--retries {retries}: must be from 0 to 99")
         if base_url is not None:
             check_base_url(base_url)
-        if head_dim < 1:
-            raise UsageError(f"--head-dim {head_dim}: must be a positive integer")
+        check_head_dim(head_dim, "--head-dim")
         mods, mod_args = None, {}
-        if score_mod is not None or mask_mod is not None or param:  # score and mask functions (flashgen.mods)
-            from flashgen.mods import make_mods, params_from_options
+        if score_mod is not None or mask_mod is not None or param or tensor:  # score and mask functions (flashgen.mods)
+            from flashgen.mods import make_mods, params_from_options, tensors_from_options
 
             if resume is not None:
-                raise UsageError("--score-mod, --mask-mod and --param start a new run; a resume keeps the run's own")
-            mod_args = {"score_mod": score_mod, "mask_mod": mask_mod, "params": params_from_options(param)}
+                raise UsageError("--score-mod, --mask-mod, --param and --tensor start a new run; a resume keeps the "
+                                 "run's own")
+            mod_args = {"score_mod": score_mod, "mask_mod": mask_mod, "params": params_from_options(param),
+                        "tensors": tensors_from_options(tensor)}
             mods = make_mods(**mod_args, cli=True)  # a bad expression: one line, exit 2, before any model call
         env = Environment()
         if resume is None:

@@ -29,8 +29,9 @@ import math
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
+from flashgen.abi import MAX_MOD_TENSORS, MOD_TENSOR_FORM, ModTensor
 from flashgen.errors import FlashgenError, UsageError
 
 #: the names an expression may read, besides --param names and the TL's constants (inf, log2e, ln2)
@@ -48,7 +49,11 @@ NAMES: dict[str, str] = {
 }
 #: names a parameter may not take (besides NAMES, the constants and the functions): the TL's other names and words
 _RESERVED = {"and", "or", "not", "scale", "softcap", "window", "window_left", "window_right", "KVH", "KV_GROUP",
-             "BLOCK_M", "BLOCK_N", "WARPS", "STAGES", "SPLITS"}
+             "BLOCK_M", "BLOCK_N", "WARPS", "STAGES", "SPLITS", "alibi_slopes", "Q", "K", "V", "O", "LSE"}
+#: a tensor's spec from Python (`tensors={NAME: SPEC}`): what follows NAME= in flashgen.abi.MOD_TENSOR_FORM
+_TENSOR_FORM = "DTYPE[DIMS][:LO..HI][:sorted], e.g. int32[B]:0..M or int32[M]:0..3:sorted"
+# the sizes an expression's sample evaluation runs at (_check_values) and a tensor's fill is tried at
+_SAMPLE_SIZES = {"B": 2, "H": 4, "KVH": 4, "N": 37, "M": 53, "D": 64, "KV_GROUP": 1}
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SCORE_TILE = "S_r"
 
@@ -62,6 +67,15 @@ class Mods(BaseModel):
     mask_mod: str | None = Field(default=None, description="a condition over the same names: the key is visible "
                                  "where it holds")
     params: tuple[tuple[str, int | float], ...] = Field(default=(), description="(name, value), sorted by name")
+    tensors: tuple[ModTensor, ...] = Field(default=(), description="the call-time tensors they read (`NAME[i]`), in "
+                                           "declaration order: the kernel's mod_tensors slots")
+
+    @model_serializer(mode="wrap")
+    def _no_tensors_left_out(self, handler):  # functions without tensors dump (and hash: `tag`) as before
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("tensors"):
+            data.pop("tensors", None)
+        return data
 
     @property
     def values(self) -> dict[str, int | float]:
@@ -87,30 +101,47 @@ class Mods(BaseModel):
             parts.append(f"mask {self.mask_mod}")
         if self.params:
             parts.append("with " + ", ".join(f"{k} = {_value_text(v)}" for k, v in self.params))
+        if self.tensors:
+            parts.append("tensors " + ", ".join(t.text for t in self.tensors))
         return "; ".join(parts)
 
 
 # ------------------------------------------------------------------------------------------------ validation
 
-def make_mods(score_mod: str | None = None, mask_mod: str | None = None, params: dict[str, Any] | None = None, *,
-              cli: bool = False) -> Mods | None:
-    """Mods from a caller's expressions and params, or None when none is given. A bad one raises UsageError, one
-    line naming the option (`--score-mod` on the command line, `score_mod=` from Python): a syntax error (with its
-    column), an unknown name or function, a mask that is not a condition, a score that is one, an operator on the
-    wrong type (`//` on the score), NaN on finite scores, a parameter that is reserved, not a number, or unused."""
+def make_mods(score_mod: str | None = None, mask_mod: str | None = None, params: dict[str, Any] | None = None,
+              tensors: dict[str, Any] | None = None, *, cli: bool = False) -> Mods | None:
+    """Mods from a caller's expressions, params and call-time tensors, or None when none is given. A bad one raises
+    UsageError, one line naming the option (`--score-mod` on the command line, `score_mod=` from Python): a syntax
+    error (with its column), an unknown name, tensor or function, a mask that is not a condition, a score that is one,
+    an operator on the wrong type (`//` on the score), NaN on finite scores, a parameter that is reserved, not a number,
+    or unused; a tensor (`tensors={NAME: "int32[B]:0..M"}`, `--tensor NAME=int32[B]:0..M`) that is reserved, not of
+    that form, indexed with the wrong number of indices, or unused."""
     # each option as the caller wrote it, ready to take its value: `--score-mod 's'`, `score_mod='s'`
-    flag = ({"score": "--score-mod ", "mask": "--mask-mod ", "param": "--param "} if cli else
-            {"score": "score_mod=", "mask": "mask_mod=", "param": "params "})
+    flag = ({"score": "--score-mod ", "mask": "--mask-mod ", "param": "--param ", "tensor": "--tensor "} if cli else
+            {"score": "score_mod=", "mask": "mask_mod=", "param": "params ", "tensor": "tensors "})
     named = {k: v.strip().rstrip("=") for k, v in flag.items()}
     params = dict(params or {})
+    if tensors is not None and not isinstance(tensors, dict):
+        raise UsageError(f"{flag['tensor']}{tensors!r}: a dict of name -> {_TENSOR_FORM}")
+    tensors = dict(tensors or {})
     if score_mod is None and mask_mod is None:
-        if params:
-            raise UsageError(f"{flag['param']}{', '.join(map(str, params))}: parameters need {named['score']} or "
-                             f"{named['mask']}")
+        if params or tensors:
+            what, given = ("param", params) if params else ("tensor", tensors)
+            raise UsageError(f"{flag[what]}{', '.join(map(str, given))}: {'parameters' if params else 'tensors'} "
+                             f"need {named['score']} or {named['mask']}")
         return None
     values: dict[str, int | float] = {}
     for name, value in params.items():
         values[name] = _check_param(name, value, flag["param"])
+    if len(tensors) > MAX_MOD_TENSORS:
+        raise UsageError(f"{flag['tensor']}{', '.join(tensors)}: at most {MAX_MOD_TENSORS} tensors (a kernel's "
+                         "call-time tensor slots)")
+    specs: dict[str, ModTensor] = {}
+    for name, spec in tensors.items():
+        if name in values:
+            raise UsageError(f"{flag['tensor']}{name}: also a parameter ({flag['param'].strip()} {name}); give "
+                             "each name once")
+        specs[name] = _check_tensor(name, spec, flag["tensor"])
     canonical: dict[str, str | None] = {"score": None, "mask": None}
     used: set[str] = set()
     for kind, text in (("score", score_mod), ("mask", mask_mod)):
@@ -118,18 +149,71 @@ def make_mods(score_mod: str | None = None, mask_mod: str | None = None, params:
             continue
         expr = _parse_user(text, flag[kind])
         names = _names(expr)
-        _check_names(expr, names, values, flag[kind], text)
-        _check_types(kind, expr, values, flag[kind], text)
-        _check_values(kind, expr, values, flag[kind], text)
-        used |= names
+        _check_names(expr, names, values, flag[kind], text, specs)
+        _check_types(kind, expr, values, flag[kind], text, specs)
+        _check_values(kind, expr, values, flag[kind], text, specs)
+        used |= names | set(_tensors_read(expr))
         from flashgen.tl_spec.printer import format_expr
 
         canonical[kind] = format_expr(expr)
     unused = sorted(set(values) - used)
+    users = " or ".join(named[k] for k in ("score", "mask") if canonical[k] is not None)
     if unused:
-        raise UsageError(f"{flag['param']}{unused[0]}={_value_text(values[unused[0]])}: not used by "
-                         f"{' or '.join(named[k] for k in ('score', 'mask') if canonical[k] is not None)}")
-    return Mods(score_mod=canonical["score"], mask_mod=canonical["mask"], params=tuple(sorted(values.items())))
+        raise UsageError(f"{flag['param']}{unused[0]}={_value_text(values[unused[0]])}: not used by {users}")
+    idle = [name for name in specs if name not in used]
+    if idle:
+        raise UsageError(f"{flag['tensor']}{specs[idle[0]].text}: not used by {users} (read it as {idle[0]}[...])")
+    return Mods(score_mod=canonical["score"], mask_mod=canonical["mask"], params=tuple(sorted(values.items())),
+                tensors=tuple(specs.values()))
+
+
+def parse_tensor_option(text: str) -> tuple[str, str]:
+    """`--tensor NAME=SPEC` -> (NAME, SPEC); SPEC is checked by make_mods."""
+    name, sep, spec = text.partition("=")
+    name, spec = name.strip(), spec.strip()
+    if not sep or not name or not spec:
+        raise UsageError(f"--tensor {text!r}: expected {MOD_TENSOR_FORM}")
+    return name, spec
+
+
+def tensors_from_options(texts: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for text in texts or []:
+        name, spec = parse_tensor_option(text)
+        if name in out:
+            raise UsageError(f"--tensor {name}: given twice")
+        out[name] = spec
+    return out
+
+
+def _check_tensor(name: Any, spec: Any, flag: str) -> ModTensor:
+    """One call-time tensor: its name (as a parameter's) and its spec, DTYPE[DIMS][:LO..HI][:sorted] (ModTensor.parse),
+    with bounds that are TL expressions over the sizes and a fill that is not empty at sample sizes."""
+    from flashgen.tl_spec.tensors import fill_all
+
+    _check_name(name, f"{flag}{name!r}" if not isinstance(name, str) else f"{flag}{name}", "tensor")
+    given = f"{flag}{name}={spec}"
+    if isinstance(spec, ModTensor):
+        spec = spec.text.partition("=")[2]
+    try:
+        parsed = ModTensor.parse(f"{name}={spec}" if isinstance(spec, str) else None)
+        tensor = parsed.model_copy(update={"low": _canonical_bound(parsed.low), "high": _canonical_bound(parsed.high)})
+        fill_all([tensor], _SAMPLE_SIZES, 0)
+    except ValueError as exc:
+        message = " ".join(str(exc).split()).removeprefix(f"{name}: ")
+        raise UsageError(f"{given}: {message}") from None
+    return tensor
+
+
+def _canonical_bound(text: str) -> str:
+    """A fill bound in the TL's canonical form (ValueError when it is not an expression)."""
+    from flashgen.tl_spec.diagnostics import TLSyntaxError
+    from flashgen.tl_spec.printer import format_expr
+
+    try:
+        return format_expr(expression(text))
+    except TLSyntaxError as exc:
+        raise ValueError(f"fill bound {text!r}: {exc.diagnostics[0].message}") from None
 
 
 def parse_param_option(text: str) -> tuple[str, int | float]:
@@ -155,15 +239,21 @@ def params_from_options(texts: list[str] | None) -> dict[str, int | float]:
     return out
 
 
-def _check_param(name: Any, value: Any, flag: str) -> int | float:
+def _check_name(name: Any, given: str, what: str) -> None:
     from flashgen.operators import FUNCTIONS
     from flashgen.tl_spec.ast import CONSTANTS
 
     if not isinstance(name, str) or not _PARAM_NAME.fullmatch(name):
-        raise UsageError(f"{flag}{name!r}: a parameter's name is a TL name (letters, digits, _; not first a digit)")
+        raise UsageError(f"{given}: a {what}'s name is a TL name (letters, digits, _; not first a digit)")
     if name in NAMES or name in CONSTANTS or name in FUNCTIONS or name in _RESERVED or name in _keywords():
-        raise UsageError(f"{flag}{name}: a name the expressions already have (reserved: "
+        raise UsageError(f"{given}: a name the expressions already have (reserved: "
                          f"{', '.join([*NAMES, *CONSTANTS])}, the functions, the TL's keywords, sizes and params)")
+
+
+def _check_param(name: Any, value: Any, flag: str) -> int | float:
+    if not isinstance(name, str) or not _PARAM_NAME.fullmatch(name):
+        raise UsageError(f"{flag}{name!r}: a parameter's name is a TL name (letters, digits, _; not first a digit)")
+    _check_name(name, f"{flag}{name}", "parameter")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise UsageError(f"{flag}{name}={value!r}: a parameter is a number (int or float)")
     if isinstance(value, float) and not math.isfinite(value):
@@ -218,25 +308,47 @@ def _names(expr) -> set[str]:
     return set(ast.expr_names(expr))
 
 
-def _check_names(expr, names: set[str], values: dict[str, Any], flag: str, text: str) -> None:
+def _tensors_read(expr) -> list[str]:
+    from flashgen.tl_spec import ast
+
+    return ast.tensors_read(expr)
+
+
+def _check_names(expr, names: set[str], values: dict[str, Any], flag: str, text: str,
+                 tensors: dict[str, ModTensor] | None = None) -> None:
     from flashgen.operators import FUNCTIONS
     from flashgen.tl_spec import ast
 
+    tensors = tensors or {}
     functions = [name for name, f in FUNCTIONS.items() if not f.reduction]
     for node in ast.walk_expr(expr):
         if isinstance(node, ast.Call) and node.func not in functions:
             raise UsageError(f"{flag}{text!r}: unknown function '{node.func}' (functions: {', '.join(functions)})")
+        if isinstance(node, ast.Subscript):
+            name = node.tensor
+            if name not in tensors:
+                what = "a parameter (a number), not a tensor" if name in values else "an unknown tensor"
+                raise UsageError(f"{flag}{text!r}: '{name}' is {what} (a tensor of your own is declared with "
+                                 f"--tensor {name}=int32[B]:0..M, tensors={{{name!r}: 'int32[B]:0..M'}})")
+            if len(node.indices) != len(tensors[name].shape):
+                raise UsageError(f"{flag}{text!r}: {name}[...] takes {len(tensors[name].shape)} "
+                                 f"{'index' if len(tensors[name].shape) == 1 else 'indices'} ({tensors[name].text}), "
+                                 f"got {len(node.indices)}")
     known = set(NAMES) | set(ast.CONSTANTS) | set(values)
     for name in ast.expr_names(expr):
+        if name in tensors:
+            raise UsageError(f"{flag}{text!r}: '{name}' is a tensor: read an element, "
+                             f"{name}[{', '.join(['i'] * len(tensors[name].shape))}]")
         if name not in known:
             extra = f"; parameters: {', '.join(values)}" if values else ""
+            extra += f"; tensors: {', '.join(tensors)}" if tensors else ""
             raise UsageError(f"{flag}{text!r}: unknown name '{name}' (names: {', '.join(NAMES)}, "
                              f"{', '.join(ast.CONSTANTS)}{extra}; a constant of your own is a parameter: "
                              f"--param {name}=VALUE, params={{{name!r}: VALUE}})")
 
 
-def _c_env(values: dict[str, Any]):
-    from flashgen.translators.cexpr import CEnv, NameInfo
+def _c_env(values: dict[str, Any], tensors: dict[str, ModTensor] | None = None):
+    from flashgen.translators.cexpr import CEnv, NameInfo, TensorInfo
 
     pos: dict[str, Any] = {"ctype": "int", "nonneg": True}
     names = {"s": NameInfo("s", "float"), "q_idx": NameInfo("qpos", **pos), "k_idx": NameInfo("kpos", **pos),
@@ -245,15 +357,18 @@ def _c_env(values: dict[str, Any]):
     for name, value in values.items():
         names[name] = NameInfo(value=value, ctype="int" if isinstance(value, int) else "float", nonneg=value >= 0,
                                positive=value > 0)
-    return CEnv(names=names, translator="CUDA")
+    cells = {name: TensorInfo("int" if t.dtype == "int32" else "float", tuple(str(d) for d in t.shape),
+                              lambda idx, name=name: f"{name}[{']['.join(idx)}]") for name, t in (tensors or {}).items()}
+    return CEnv(names=names, tensors=cells, translator="CUDA")
 
 
-def _check_types(kind: str, expr, values: dict[str, Any], flag: str, text: str) -> None:
+def _check_types(kind: str, expr, values: dict[str, Any], flag: str, text: str,
+                 tensors: dict[str, ModTensor] | None = None) -> None:
     """What the translators will make of it (their C-expression compiler, flashgen.translators.cexpr)."""
     from flashgen.translators.cexpr import CExprError, infer_ctype
 
     try:
-        ctype = infer_ctype(expr, _c_env(values))
+        ctype = infer_ctype(expr, _c_env(values, tensors))
     except CExprError as exc:
         raise UsageError(f"{flag}{text!r}: {exc.message}") from None
     if kind == "mask" and ctype != "bool":
@@ -264,18 +379,21 @@ def _check_types(kind: str, expr, values: dict[str, Any], flag: str, text: str) 
                          "is a mask function, or write where(COND, s, -inf))")
 
 
-def _check_values(kind: str, expr, values: dict[str, Any], flag: str, text: str) -> None:
-    """The expression on sample positions and finite scores: a score that is NaN or +inf there (sqrt of a negative
-    score, 0/0) would make every kernel's output NaN; said now rather than by the CPU check."""
+def _check_values(kind: str, expr, values: dict[str, Any], flag: str, text: str,
+                  tensors: dict[str, ModTensor] | None = None) -> None:
+    """The expression on sample positions, finite scores and filled tensors: a score that is NaN or +inf there (sqrt
+    of a negative score, 0/0) would make every kernel's output NaN; said now rather than by the CPU check."""
     import numpy as np
 
+    from flashgen.tl_spec.tensors import fill_all
     from flashgen.translators.cexpr import evaluate
 
     rng = np.random.default_rng(0)
-    n, m = 37, 53
+    n, m = _SAMPLE_SIZES["N"], _SAMPLE_SIZES["M"]
     q, k = np.meshgrid(np.arange(n), np.arange(m), indexing="ij")
+    cells = fill_all(list((tensors or {}).values()), _SAMPLE_SIZES, 0)
     sample = {"s": rng.standard_normal((n, m)) * 3, "q_idx": q, "k_idx": k, "b": 1, "h": 1, "B": 2, "H": 4, "N": n,
-              "M": m, "D": 64, **values}
+              "M": m, "D": 64, **values, **cells}
     with np.errstate(all="ignore"):
         try:
             got = np.broadcast_to(np.asarray(evaluate(expr, sample)), (n, m))
@@ -348,7 +466,23 @@ def apply(tl_text: str, mods: Mods, variant) -> str:
         new += [ast.Comment(text=f"mask function: a key is visible where {mods.mask_mod}{_with(mods, mods.mask_mod)}"),
                 ast.ComputeAssign(target=score, expr=ast.Call(func="where", args=[cond, S, neg_inf]))]
     body[index + 1:index + 1] = new
+    _declare_tensors(program, mods)
     return format_program(program)
+
+
+def _declare_tensors(program, mods: Mods) -> None:
+    """The `Tensor` lines of the functions' call-time tensors: after the global Allocates (a sketch: first)."""
+    from flashgen.tl_spec import ast
+
+    if not mods.tensors:
+        return
+    lines: list[Any] = [ast.Comment(text="call-time tensors of the score/mask functions (the caller passes them)")]
+    lines += [_tensor_decl(t) for t in mods.tensors]
+    body = program.body
+    at = max((i + 1 for i, s in enumerate(body) if isinstance(s, ast.Allocate)), default=None)
+    if at is None:
+        at = next((i for i, s in enumerate(body) if not isinstance(s, ast.Comment)), len(body))
+    body[at:at] = lines
 
 
 def _with(mods: Mods, text: str) -> str:
@@ -398,8 +532,28 @@ def prompt_lines(mods: Mods, variant) -> list[str]:
     if mods.params:
         lines.append("- Its constants: " + ", ".join(f"{k} = {_value_text(v)}" for k, v in mods.params)
                      + " (write their values as numbers).")
+    if mods.tensors:
+        decls = "; ".join(f"`{_tensor_line(t)}`" for t in mods.tensors)
+        lines.append(f"- Its tensors, given by the caller at each call: {', '.join(t.text for t in mods.tensors)}. In "
+                     f"LLM-TL each is declared at program level, beside the global Allocates ({decls}) and read "
+                     "in a Compute as NAME[i, ...], one integer index per dim (clamped into the dim).")
     lines.append("- The fp64 reference of this task computes exactly that (its own LLM-TL program, interpreted).")
     return lines
+
+
+def _tensor_decl(t: ModTensor):
+    """The TL's `Tensor` line of a call-time tensor."""
+    from flashgen.tl_spec import ast
+
+    dims = [ast.Num(value=d) if isinstance(d, int) else ast.Name(id=d) for d in t.shape]
+    return ast.TensorDecl(name=t.name, shape=dims, dtype=t.dtype, low=expression(t.low), high=expression(t.high),
+                          sorted=t.sorted)
+
+
+def _tensor_line(t: ModTensor) -> str:
+    from flashgen.tl_spec.printer import format_statement
+
+    return format_statement(_tensor_decl(t))[0]
 
 
 # ------------------------------------------------------------------------------------------------ the tiles
@@ -410,15 +564,16 @@ def tile_report(mods: Mods, tl_text: str, *, n: int = 2048, m: int = 2048) -> di
     key loop visits (its bounds evaluated per query tile, as the kernel evaluates them). Returns the counts
     (`tiles`, `visited`, `visited_empty`: visited tiles the mask leaves without a visible key, the work tile skipping
     would save; `missed`: unvisited tiles with a visible key, which must be 0) or None when the mask reads the score
-    or the program's loop bounds cannot be evaluated. B and H are 2 when the mask reads b or h, else 1."""
+    or a call-time tensor, or the program's loop bounds cannot be evaluated. B and H are 2 when the mask reads b or h,
+    else 1."""
     import numpy as np
 
     from flashgen.reference import visible_mask
     from flashgen.tl_spec.parser import parse
     from flashgen.translators.cexpr import evaluate
 
-    if not mods.mask_of_positions:
-        return None
+    if not mods.mask_of_positions or _tensors_read(expression(mods.mask_mod)):
+        return None  # a mask reading the score, or call-time tensors: its tiles depend on the call's values
     program = parse(tl_text, "<kernel.tl>")
     if program.variant is None or program.target is None:
         return None

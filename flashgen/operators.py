@@ -8,7 +8,9 @@ given a meaning.
 - the C-expression compiler (flashgen.translators.cexpr): `c`, `c_precedence` and `c_float`, the C spelling,
   and `array` again for constant folding, so that a folded constant is the interpreter's value;
 - the ABI's size evaluator (flashgen.abi.eval_size): `SIZE_BINARY` and `SIZE_FUNCTIONS`, the integer subset
-  a manifest's launch sizes use, where `/` is TL's `//` (C's `/` on the non-negative sizes).
+  a manifest's launch sizes use, where `/` is TL's `//` (C's `/` on the non-negative sizes);
+- `read_clamped`: what reading a call-time tensor `T[i, j]` means (each index clamped into its dim), for the
+  interpreter and the lowering's sample evaluations; the C-expression compiler clamps the same way.
 
 Semantics (docs/llm-tl.md): `/` is true division, `//` floor division and `%` floor modulo (as Python);
 comparisons and `and`/`or`/`not` give conditions; `where(c, a, b)` picks elementwise.
@@ -93,8 +95,8 @@ FUNCTIONS: dict[str, Function] = {f.name: f for f in (
     Function("exp2", 1, lambda x: 2.0 ** x, np.exp2, sfu=True, c_float=("exp2f", "exp2f")),
     Function("log", 1, math.log, np.log, sfu=True, c_float=("logf", "__logf")),
     Function("log2", 1, math.log2, np.log2, sfu=True, c_float=("log2f", "log2f")),
-    # fg::tanh_fast (flashgen/common.cuh): 1 - 2 / (2^(2x log2 e) + 1), one EX2 and one RCP, absolute error ~1e-7;
-    # tanhf's polynomial made softcap kernels run at half the plain kernel's speed (NOTES.md, session 5)
+    # fg::tanh_fast (flashgen/common.cuh): the SFU's tanh.approx.f32, relative error ~1.1e-5; tanhf's polynomial
+    # made softcap kernels run at half the plain kernel's speed, EX2 + RCP at 0.53x (NOTES.md, sessions 5 and 6)
     Function("tanh", 1, math.tanh, np.tanh, sfu=True, c_float=("fg::tanh_fast", "fg::tanh_fast")),
     Function("cos", 1, math.cos, np.cos, sfu=True, c_float=("cosf", "__cosf")),
     Function("sin", 1, math.sin, np.sin, sfu=True, c_float=("sinf", "__sinf")),
@@ -106,6 +108,18 @@ FUNCTIONS: dict[str, Function] = {f.name: f for f in (
     Function("rowsum", 1, None, None, reduction=True),
     Function("cdiv", 2, _cdiv, _cdiv),  # ceil(a / b) on integers (index arithmetic)
 )}
+
+
+def read_clamped(data: Any, indices: list[Any]) -> Any:
+    """`T[i, j, ...]`, the read of a call-time tensor (a TL `Tensor` line, the ALiBi slopes): one integer index per
+    dim, each clamped into [0, dim - 1] (so no index reads outside the tensor: the kernel's C clamps the same way);
+    indices broadcast as numpy's (a position tile reads a tile). Raises IndexError for a wrong number of indices."""
+    data = np.asarray(data)
+    if len(indices) != data.ndim:
+        raise IndexError(f"{len(indices)} indices for a tensor of {data.ndim} dims")
+    clamped = tuple(np.clip(np.asarray(i, dtype=np.int64), 0, n - 1) for i, n in zip(indices, data.shape))
+    return data[clamped]
+
 
 # A manifest's size expressions (grid, workspace, splits): integers over the runtime sizes
 SIZE_BINARY: dict[str, Operator] = {"+": BINARY["+"], "-": BINARY["-"], "*": BINARY["*"], "/": BINARY["//"],

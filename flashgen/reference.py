@@ -27,15 +27,28 @@ def visible_mask(n: int, m: int, variant: Variant) -> np.ndarray:
     return visible
 
 
-def scores(q: np.ndarray, k: np.ndarray, variant: Variant, head: int, heads: int, scale: float) -> np.ndarray:
-    """Scores of one head before masking: q (N, D), k (M, D) -> (N, M) float64."""
+def alibi_table(batch: int, heads: int, alibi_slopes: np.ndarray | None = None) -> np.ndarray:
+    """The (B, H) float64 ALiBi slopes a call runs with: the caller's (FlashAttention's alibi_slopes, (H) or (B, H);
+    fp32 values as given) or, for None, the standard 2^(-8 (h + 1) / H) of every batch."""
+    if alibi_slopes is None:
+        return np.tile(np.array([alibi_slope(h, heads) for h in range(heads)], dtype=np.float64), (batch, 1))
+    slopes = np.asarray(alibi_slopes, dtype=np.float64)
+    if slopes.shape not in ((heads,), (batch, heads)):
+        raise ValueError(f"alibi_slopes has shape {slopes.shape}, expected ({heads},) or ({batch}, {heads})")
+    return np.broadcast_to(slopes, (batch, heads)).copy()
+
+
+def scores(q: np.ndarray, k: np.ndarray, variant: Variant, head: int, heads: int, scale: float,
+           slope: float | None = None) -> np.ndarray:
+    """Scores of one head before masking: q (N, D), k (M, D) -> (N, M) float64. `slope`: this head's ALiBi slope
+    (None: the standard one)."""
     s = scale * (q.astype(np.float64) @ k.astype(np.float64).T)
     if variant.softcap is not None:
         s = variant.softcap * np.tanh(s / variant.softcap)
     if variant.alibi:
         n, m = s.shape
         dist = np.abs(np.arange(n)[:, None] + (m - n) - np.arange(m)[None, :])
-        s = s - alibi_slope(head, heads) * dist
+        s = s - (alibi_slope(head, heads) if slope is None else slope) * dist
     return s
 
 
@@ -60,11 +73,13 @@ def attend(s: np.ndarray, visible: np.ndarray, v: np.ndarray, norm: Norm) -> tup
 
 
 def attention(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, variant: Variant, scale: float | None = None
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, variant: Variant, scale: float | None = None,
+    alibi_slopes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """q (B, H, N, D), k and v (B, KVH, M, D) -> (O (B, H, N, D) float64, LSE (B, H, N) or None).
 
-    LSE is returned for softmax (natural log, -inf for rows that see no key), None otherwise.
+    LSE is returned for softmax (natural log, -inf for rows that see no key), None otherwise. `alibi_slopes`: the
+    caller's ALiBi slopes, (H) or (B, H) (None: the standard ones; ignored by a variant without ALiBi).
     """
     b, h, n, d = q.shape
     kvh, m = k.shape[1], k.shape[2]
@@ -75,9 +90,11 @@ def attention(
     visible = visible_mask(n, m, variant)
     out = np.zeros((b, h, n, v.shape[-1]), dtype=np.float64)
     lse = np.full((b, h, n), -np.inf) if variant.norm is Norm.softmax else None
+    slopes = alibi_table(b, h, alibi_slopes) if variant.alibi else None
     for bi in range(b):
         for hi in range(h):
-            s = scores(q[bi, hi], k[bi, hi // group], variant, hi, h, scale)
+            s = scores(q[bi, hi], k[bi, hi // group], variant, hi, h, scale,
+                       None if slopes is None else float(slopes[bi, hi]))
             out[bi, hi], head_lse = attend(s, visible, v[bi, hi // group], variant.norm)
             if lse is not None:
                 lse[bi, hi] = head_lse
@@ -93,3 +110,10 @@ def random_inputs(
     k = rng.standard_normal((shape.B, shape.kv_heads, shape.M, shape.D)) * scale_mag
     v = rng.standard_normal((shape.B, shape.kv_heads, shape.M, shape.D))
     return q.astype(dtype), k.astype(dtype), v.astype(dtype)
+
+
+def random_alibi_slopes(batch: int, heads: int, seed: int, per_batch: bool) -> np.ndarray:
+    """Caller ALiBi slopes as FlashAttention's tests make them (`torch.rand(B, H) * 0.3`): fp32 (B, H), or (H) when
+    not `per_batch`; drawn from their own stream of `seed` (random_inputs' Q, K, V of the same seed are another)."""
+    rng = np.random.default_rng([int(seed) % (2 ** 32), 0xA11B1])
+    return (rng.random((batch, heads) if per_batch else (heads,)) * 0.3).astype(np.float32)

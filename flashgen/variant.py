@@ -8,7 +8,8 @@ Conventions (docs/variants.md says the same in prose):
   position i + (M - N). Causal: key j visible iff j <= i + M - N.
 - Sliding window W (implies causal): key j visible iff 0 <= (i + M - N) - j < W.
 - Softcap C: s = C * tanh(s / C), applied after scaling and before bias and mask.
-- ALiBi: s += -slope_h * |i + M - N - j| with slope_h = 2^(-8 (h + 1) / H).
+- ALiBi: s += -slope * |i + M - N - j|, slope = the caller's slopes[b, h] (FlashAttention's alibi_slopes, fp32 (H)
+  or (B, H)), without them 2^(-8 (h + 1) / H).
 - softmax: P = softmax over visible keys; LSE = log(sum exp(s)) over visible keys (natural log).
 - relu: P = relu(s) / M over visible keys (ReLU attention, scaled by key length).
 - sigmoid: P = sigmoid(s - log(M)) over visible keys (sigmoid attention with bias -log M).
@@ -194,6 +195,29 @@ class Shape(BaseModel):
 
 def default_scale(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim)
+
+
+#: the head dims every kernel takes: multiples of HEAD_DIM_STEP up to 256. Q, K, V and O rows move in 16-byte
+#: chunks (8 elements of 16 bits), so a row is whole chunks exactly when D is a multiple of 8; where the tensor
+#: cores' k-step is longer (16), the kernel pads its shared tiles with zero columns (docs/variants.md, "Head dims").
+HEAD_DIM_STEP = 8
+SUPPORTED_HEAD_DIMS: tuple[int, ...] = tuple(range(HEAD_DIM_STEP, 256 + 1, HEAD_DIM_STEP))
+_HEAD_DIM_RULE = (f"head dims are multiples of {HEAD_DIM_STEP} from {SUPPORTED_HEAD_DIMS[0]} to "
+                  f"{SUPPORTED_HEAD_DIMS[-1]} (rows move in 16-byte chunks, {HEAD_DIM_STEP} elements of 16 bits; "
+                  "pad the tensors' last axis to the next multiple yourself)")
+
+
+def head_dim_problem(head_dim: int) -> str | None:
+    """Why `head_dim` is not a head dim the kernels take (one sentence), or None when it is."""
+    return None if head_dim in SUPPORTED_HEAD_DIMS else f"head dim {head_dim} is not supported: {_HEAD_DIM_RULE}"
+
+
+def check_head_dim(head_dim: int, flag: str | None = None) -> int:
+    """`head_dim` itself when the kernels take it, else UsageError (one line; prefixed by the flag a user typed)."""
+    problem = head_dim_problem(head_dim)
+    if problem is not None:
+        raise UsageError(f"{flag} {head_dim}: {_HEAD_DIM_RULE}" if flag else problem)
+    return head_dim
 
 
 def alibi_slope(head: int, heads: int) -> float:

@@ -1,12 +1,14 @@
 """Host C++ stand-ins for the device helpers that translated expressions call, so that tests can compile a plan's
 expressions with the host compiler and compare them with numpy (test_lower_cexpr, test_lower_semantics).
 
-Each mirrors its device definition in flashgen/translators/include/flashgen/common.cuh formula for formula, with
-the host's exact exp2f and division in place of the approximate EX2 and RCP instructions."""
+Each mirrors its device definition in flashgen/translators/include/flashgen/common.cuh, with the host's exact
+functions in place of the approximate SFU instructions (fg::tanh_fast is tanh.approx.f32 there, tanhf here)."""
 
 from __future__ import annotations
 
 import shutil
+
+from flashgen.abi import ABI_HEADER
 
 CXX = shutil.which("g++")
 COMPILE = ["g++", "-O1", "-std=c++17", "-w"]
@@ -14,7 +16,10 @@ PRELUDE = """#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 namespace fg {
-static inline float tanh_fast(float x) { return 1.0f - 2.0f / (exp2f(2.8853900817779268f * x) + 1.0f); }
+static inline float tanh_fast(float x) { return tanhf(x); }  // the device's tanh.approx.f32, exactly
 }  // namespace fg
 static inline int max(int a, int b) { return a > b ? a : b; }
-static inline int min(int a, int b) { return a < b ? a : b; }"""
+static inline int min(int a, int b) { return a < b ? a : b; }
+""" + f'#include "{ABI_HEADER}"' + """
+// the kernel's parameters as far as expressions read them: no caller ALiBi slopes (the standard ones), no tensors
+static const FlashgenAttnParams p = {};"""

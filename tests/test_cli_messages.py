@@ -75,7 +75,8 @@ def test_runs_show_keeps_status_brackets(tmp_path):
     (["--max-wall", "0"], "--max-wall 0: must be greater than 0"),
     (["--max-iters", "0"], "--max-iters 0: must be greater than or equal to 1"),
     (["--max-tokens", "0"], "--max-tokens 0: must be greater than or equal to 1"),
-    (["--head-dim", "0"], "--head-dim 0: must be a positive integer"),
+    (["--head-dim", "0"], "--head-dim 0: head dims are multiples of 8 from 8 to 256 (rows move in 16-byte chunks, "
+                          "8 elements of 16 bits; pad the tensors' last axis to the next multiple yourself)"),
     (["--kv-group", "0"], "--kv-group 0: must be greater than or equal to 1"),
     (["--kv-heads", "0", "--heads", "8"], "--kv-heads 0: must be at least 1"),
     (["--softcap", "inf"], "--softcap inf: must be a finite number greater than 0"),

@@ -24,8 +24,8 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not o
 
 
 def test_unsupported_head_dim_is_a_usage_error():
-    with pytest.raises(UsageError, match="head dim 80 is not supported"):
-        plan_for_variant(Variant(), "sm_80", DType.fp16, 80)
+    with pytest.raises(UsageError, match="head dim 84 is not supported: head dims are multiples of 8"):
+        plan_for_variant(Variant(), "sm_80", DType.fp16, 84)
 
 
 def test_unknown_name_in_an_expression_is_rejected():

@@ -11,6 +11,7 @@ from flashgen.targets import get_target
 from flashgen.tl_spec import library
 from flashgen.tl_spec.parser import parse
 from flashgen.translators import UnsupportedConstruct, lower, manifest_for, translate
+from flashgen.translators.plan import alibi_slope_c
 
 SCALE_LINE = "Compute S_r = S_r * (scale * log2e)"
 TAIL_MASK = "Compute S_r = where(k_idx < M, S_r, -inf)"
@@ -61,7 +62,9 @@ def test_library_plans_hold_the_expected_pieces():
     alibi = _plan("alibi")
     (mod,) = alibi.score_mods
     assert mod.uses_positions and mod.expr == "s - (float)abs(qpos + diag - kpos) * tl_c0"
-    assert alibi.prologue[0].expr.startswith("exp2f(") and "heads" in alibi.prologue[0].expr
+    # the caller's slope (FlashgenAttnParams.alibi_slopes) or, for a null pointer, the standard one: plan.alibi_slope_c
+    assert alibi.prologue[0].expr == alibi_slope_c("b", "head") and "p.alibi_slopes[b * p.alibi_stride_b + head]" in \
+        alibi.prologue[0].expr and "exp2f(-8.0f * (float)(head + 1) / (float)heads)" in alibi.prologue[0].expr
     softcap = _plan("softcap")
     assert [m.expr for m in softcap.score_mods] == ["30.0f * fg::tanh_fast(0.033333335f * s)"]
     assert not softcap.score_mods[0].uses_positions
@@ -127,14 +130,12 @@ UNSUPPORTED = [
     ("before scale", {SCALE_LINE: "Compute S_r = tanh(S_r)\n          " + SCALE_LINE}, "tanh(S_r)",
      "before it is multiplied by scale"),
     ("no scale", {SCALE_LINE: "Compute S_r = S_r * log2e"}, "S_r * log2e", "multiplied by scale 0 times"),
-    ("batch index", {TAIL_MASK: "Compute S_r = where(b < 1, S_r, -inf)"}, "where(b < 1",
-     "batch index is not available"),
     ("row vector in a score step", {TAIL_MASK: "Compute S_r = S_r - m_i * 0"}, "m_i * 0", "next to OnlineSoftmax"),
     ("get instead of accumulate", {"Compute GEMM P_r, V_s and accumulate O_r": "Compute GEMM P_r, V_s and get O_r"},
      "and get O_r", "and accumulate"),
     ("unguarded division", {"Compute O_r = where(l_i > 0, O_r / l_i, 0)": "Compute O_r = O_r / l_i"},
      "Copy O_r", "is not O / l"),
-    ("head dim", {"head_dim 64": "head_dim 80"}, "head_dim 80", "head_dim 80 is not supported"),
+    ("head dim", {"head_dim 64": "head_dim 84"}, "head_dim 84", "head dim 84 is not supported: head dims are multiples"),
     ("float floor division", {TAIL_MASK: "Compute S_r = S_r // 2"}, "S_r // 2", "integer"),
 ]
 

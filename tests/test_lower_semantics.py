@@ -10,7 +10,6 @@ the TL's own expressions evaluated by numpy (custom programs):
 """
 
 import math
-import shutil
 import subprocess
 
 import numpy as np
@@ -47,8 +46,8 @@ def _c_function(i: int, plan) -> str:
 #define BLOCK_M {plan.block_m}
 #define BLOCK_N {plan.block_n}
 static void run_{i}(int seqlen_q, int seqlen_k, FILE* f) {{
-  const int heads = {HEADS}, batch = 1, diag = seqlen_k - seqlen_q;
-  (void)batch; (void)diag;
+  const int heads = {HEADS}, batch = 1, diag = seqlen_k - seqlen_q, b = 0;
+  (void)batch; (void)diag; (void)b;
   for (int head = 0; head < heads; ++head) {{
     const int kv_head = head; (void)kv_head;
 {prologue}

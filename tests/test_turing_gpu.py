@@ -79,14 +79,6 @@ def check_custom_inputs(kernel_json: str, shape: dict, qk_scale: float, v_scale:
     """(Runs in the worker.) One launch on inputs the harness's random_inputs cannot make (V scaled, per-key
     V magnitudes), checked by the harness's own compare_outputs against the fp64 reference of the rounded
     inputs, with the harness's tolerance for this dtype and q/k magnitude. Returns RunCheck as a dict."""
-    from flashgen.harness.verify import (
-        CheckCase,
-        _DeviceCase,
-        compare_outputs,
-        from_dtype_bits,
-        reference_outputs,
-        to_dtype_bits,
-    )
     from flashgen.harness.device import (
         KernelInput,
         _cupy,
@@ -94,6 +86,14 @@ def check_custom_inputs(kernel_json: str, shape: dict, qk_scale: float, v_scale:
         launch,
         load_kernel,
         runnable_arch,
+    )
+    from flashgen.harness.verify import (
+        CheckCase,
+        _DeviceCase,
+        compare_outputs,
+        from_dtype_bits,
+        reference_outputs,
+        to_dtype_bits,
     )
     from flashgen.reference import random_inputs
 

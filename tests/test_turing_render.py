@@ -56,7 +56,7 @@ def test_turing_tile_choices_fit_64kb_for_every_head_dim(dtype):
 
 def test_turing_fp16_keeps_the_unscaled_path():
     source, _ = render(plan_for_variant(Variant(), "sm_75", DType.fp16, 64))
-    assert "fg::block::tile_loader<BLOCK_N, D, T, THREADS> k_loader;" in source
+    assert "fg::block::tile_loader<BLOCK_N, D, D_PAD, T, THREADS> k_loader;" in source
     assert "scaled_tile_loader<" not in source.split("namespace fg_")[-1]  # defined by the header, never used
 
 

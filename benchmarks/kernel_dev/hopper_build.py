@@ -19,9 +19,9 @@ from flashgen.translators.rules import plan_for_variant  # noqa: E402
 from flashgen.variant import DType, Variant  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-# The production tiles (flashgen/translators/backends/sm90/__init__.py's measured table).
-TILES = {(64, False): (192, 128, 2), (64, True): (192, 128, 2), (128, False): (128, 176, 2), (128, True): (128, 128, 2),
-         (256, False): (128, 80, 2), (256, True): (128, 80, 2)}
+# The production tiles (flashgen/translators/backends/sm90/__init__.py's measured table, session 6).
+TILES = {(64, False): (192, 128, 2), (64, True): (192, 128, 2), (128, False): (128, 128, 2), (128, True): (128, 128, 2),
+         (256, False): (128, 80, 2), (256, True): (128, 64, 2)}
 # Session 4 schedules (versions/sm90-session4-schedules.cu.j2 with its flags as template globals): v1 = session 3's
 # kernel (one CTA per work tile, versions/sm90-v1-grid-per-tile.cu.j2); P = persistent grid; PO = persistent + S of
 # the next tile before P V (intra-warpgroup overlap); POP = PO + ping-pong; A = PO with Q double-buffered where it
@@ -48,29 +48,47 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              "D1": dict(template=S5, flags=dict(dynamic=True, l2_group_bytes=0), options=dict(o_via_tma=False),
                         update={"group_heads": 1}),
              "DL": dict(template=S5, flags=dict(dynamic=True, l2_group_bytes=L2_BUDGET), options=dict(o_via_tma=False)),
-             "DLT": dict(template=S5, flags=dict(dynamic=True, l2_group_bytes=L2_BUDGET))}
+             "DLT": dict(template=S5, flags=dict(dynamic=True, l2_group_bytes=L2_BUDGET)),
+             # Session 6: T1 = O staged one 64-column chunk at a time (each chunk's store read before the next is
+             # written), so that O leaves through TMA where the whole tile does not fit (d128 128x176, d256 128x64);
+             # Tc = as many chunks at a time as fit. TA = tanh on the SFU's own tanh.approx.f32 (one MUFU op, ~2^-11
+             # relative error) in place of fg::tanh_fast (EX2 + RCP), for softcap.
+             "T1": dict(options=dict(o_chunked=True, o_stage_chunks=1)),
+             "Tc": dict(options=dict(o_chunked=True)),
+             "TA": dict(source_sub={"fg::tanh_fast(": "tanh_sfu("}, prelude=(
+                 "__device__ __forceinline__ float tanh_sfu(float x) {\n  float y;\n"
+                 "  asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n  return y;\n}\n"))}
 RUN = ("cur",)  # the schedules built by default
 
 
 # Session 4 run 3: tiles for the persistent, overlapped kernel, mostly the causal rows at small N.
 SWEEP = {(64, True): ((128, 128, 2), (192, 64, 2)), (64, False): ((128, 128, 2),),
-         (128, True): ((128, 96, 2), (128, 176, 2)), (256, True): ((128, 64, 2),), (256, False): ((128, 64, 2),)}
+         (128, True): ((128, 96, 2), (128, 176, 2)), (128, False): ((128, 128, 2),), (256, True): ((128, 64, 2),),
+         (256, False): ((128, 64, 2),)}
+# Session 6: the variants suite's kernels (bf16 d128), at the tiles the production rules give them (None).
+VARIANTS = {"softcap30": Variant(softcap=30.0), "alibi": Variant(alibi=True), "window256": Variant(causal=True, window=256)}
 
 
 def configs():
     """(name, variant, dtype, head dim, (BLOCK_M, BLOCK_N, STAGES), schedule): every schedule x production tile,
-    then the production template over SWEEP."""
+    the production template over SWEEP, then every schedule x the variants at their production tiles (named
+    SCHED_VARIANT_bf16_d128)."""
     def entry(sched, d, causal, tiles):
         kind = "causal" if causal else "plain"
         bm, bn, st = tiles
         return f"{sched}_{kind}_bf16_d{d}_{bm}x{bn}s{st}", Variant(causal=causal), DType.bf16, d, tiles, sched
 
     for sched in SCHEDULES:
+        for kind, variant in VARIANTS.items():
+            yield f"{sched}_{kind}_bf16_d128", variant, DType.bf16, 128, None, sched
+
+    for sched in SCHEDULES:
         for (d, causal), tiles in TILES.items():
             yield entry(sched, d, causal, tiles)
     for (d, causal), sweep in SWEEP.items():
         for tiles in sweep:
-            yield entry("cur", d, causal, tiles)
+            for sched in ("cur", "T1", "Tc"):
+                yield entry(sched, d, causal, tiles)
 
 
 def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
@@ -78,9 +96,10 @@ def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
     from flashgen.translators.backends.sm90 import kernel
 
     target = get_target("h200")
-    bm, bn, stages = tiles
     spec = SCHEDULES[sched]
-    plan = plan_for_variant(variant, target, dtype, d).model_copy(update=dict(
+    plan = plan_for_variant(variant, target, dtype, d)
+    bm, bn, stages = tiles or (plan.block_m, plan.block_n, plan.stages)
+    plan = plan.model_copy(update=dict(
         block_m=bm, block_n=bn, warps=bm // 16, stages=stages, backend="sm90", name=f"fg_{name}_sm90",
         **spec.get("update", {})))
     if "only" in spec and not spec["only"](plan):
@@ -100,6 +119,12 @@ def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
     finally:
         kernel._environment = saved_env
         kernel._SCHEDULE_OVERRIDES.clear()
+    for old, new in spec.get("source_sub", {}).items():
+        assert old in source, (name, old)
+        source = source.replace(old, new)
+    if "prelude" in spec:  # after the includes: the first line that opens the kernel's namespace
+        head, sep, rest = source.partition("\nnamespace ")
+        source = head + "\n" + spec["prelude"] + sep + rest
     q_buffers = spec.get("flags", {}).get("q_buffers", 1)
     if q_buffers == 2:  # the second Q buffer is only used where it fits, as the session-4 template had it
         extra = plan.block_m * kernel.chunks(d) * 64 * dtype.itemsize + 16

@@ -446,6 +446,8 @@ class Loop:
                                 manifest_errors=errors)
         if self.config.reference_tl and manifest.reference_tl is None:  # a model's manifest: the checked TL is it
             manifest = manifest.model_copy(update={"reference_tl": s.tl})
+        if (tensors := _call_tensors(s.tl or "")) != manifest.mod_tensors:  # the checked TL's Tensor lines, in order
+            manifest = manifest.model_copy(update={"mod_tensors": tensors})
         if self.config.num_splits is not None and manifest.variant.split_kv:  # the caller's split count, fixed
             manifest = manifest.model_copy(update={"num_splits": str(self.config.num_splits)})
         build = self.env.build(cuda, manifest, self.target)
@@ -513,6 +515,15 @@ class Loop:
                               size_names=", ".join(SIZE_NAMES),
                               size_functions=", ".join(f"`{f}(a, b)`" for f in SIZE_FUNCTIONS),
                               roles=writes_role_dataflow(target.arch, t.dtype, t.variant.split_kv), **common)
+
+
+def _call_tensors(tl: str) -> list[str]:
+    """The call-time tensors of a checked TL (its `Tensor` lines, as the manifest writes them): what the kernel's
+    FlashgenAttnParams.mod_tensors slots hold, whatever a model's manifest says."""
+    from flashgen.tl_spec.parser import parse
+    from flashgen.tl_spec.tensors import spec_of
+
+    return [spec_of(decl).text for decl in parse(tl, "kernel.tl").tensor_decls] if "Tensor" in tl else []
 
 
 def _faster(a: Candidate, b: Candidate) -> bool:

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from flashgen.abi import ModTensor
 from flashgen.agent.providers import Task, redact
 from flashgen.errors import UsageError
 
@@ -116,6 +117,8 @@ def render_report(meta: dict[str, Any], result) -> str:
     if (mods := meta.get("mods")) is not None:
         given = [f"{kind} `{mods[f'{kind}_mod']}`" for kind in ("score", "mask") if mods.get(f"{kind}_mod")]
         given += [f"{name} = {value}" for name, value in mods.get("params", [])]
+        given += [f"tensor {ModTensor.model_validate(t).text} (given at each call: tensors={{{t['name']!r}: ...}})"
+                  for t in mods.get("tensors", [])]
         lines.append(f"Score/mask functions: {', '.join(given)} (in the TL; its fp64 interpretation is the reference)")
         if (tiles := mods.get("tiles")) is not None:
             lines.append(f"Mask tiles at {tiles['shape']}: {tiles['visited_empty']} of the {tiles['visited']} key tiles "

@@ -36,10 +36,12 @@ def sdpa_unsupported(variant: Variant) -> str | None:
     return None
 
 
-def make_baselines(variant: Variant, q, k, v, scale: float, flex: FlexMode = "static"
+def make_baselines(variant: Variant, q, k, v, scale: float, flex: FlexMode = "static", alibi_slopes=None
                    ) -> list[tuple[str, Callable[[], Any] | None, str | None]]:
     """[(name, callable or None, skip reason or None)] for torch tensors q (B,H,N,D), k, v (B,KVH,M,D).
-    `flex`: FlexAttention compiled per shape ("static"), once per (dtype, D, mask) ("dynamic"), or "off"."""
+    `flex`: FlexAttention compiled per shape ("static"), once per (dtype, D, mask) ("dynamic"), or "off".
+    `alibi_slopes`: an ALiBi variant's slopes, a torch fp32 (H) or (B, H) tensor, as our kernel is timed with (None:
+    the standard ones)."""
     try:
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -74,7 +76,7 @@ def make_baselines(variant: Variant, q, k, v, scale: float, flex: FlexMode = "st
                 return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
         out.append(_trial(name, call))
-    out.append(_flex(variant, q, k, v, scale, gqa, flex))
+    out.append(_flex(variant, q, k, v, scale, gqa, flex, alibi_slopes))
     return out
 
 
@@ -109,7 +111,7 @@ def compiled_flex(dynamic: bool):
     return _compiled_flex[dynamic]
 
 
-def _flex(variant: Variant, q, k, v, scale: float, gqa: bool, mode: FlexMode = "static"):
+def _flex(variant: Variant, q, k, v, scale: float, gqa: bool, mode: FlexMode = "static", alibi_slopes=None):
     if mode == "off":
         return "flex", None, "FlexAttention off for this run (--no-flex)"
     if variant.norm is not Norm.softmax:
@@ -156,13 +158,17 @@ def _flex(variant: Variant, q, k, v, scale: float, gqa: bool, mode: FlexMode = "
     score_mod = None
     if variant.softcap is not None or variant.alibi:
         cap = variant.softcap
-        slopes = torch.tensor([alibi_slope(i, h) for i in range(h)], device=q.device, dtype=torch.float32)
+        if alibi_slopes is None:  # the standard slopes, per (batch, head) as a caller's (B, H) would be
+            slopes = torch.tensor([alibi_slope(i, h) for i in range(h)], device=q.device, dtype=torch.float32)
+        else:
+            slopes = alibi_slopes.to(device=q.device, dtype=torch.float32)
+        slopes = (slopes if slopes.dim() == 2 else slopes[None]).expand(b, h)
 
         def score_mod(score, b_, h_, q_idx, kv_idx):
             if cap is not None:
                 score = cap * torch.tanh(score / cap)
             if variant.alibi:
-                score = score - slopes[h_] * torch.abs(q_idx + offset - kv_idx)
+                score = score - slopes[b_, h_] * torch.abs(q_idx + offset - kv_idx)
             return score
 
     def call():

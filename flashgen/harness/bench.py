@@ -268,7 +268,23 @@ def variants_suite() -> list[tuple[DType, Variant, Shape]]:
             for v in variants]
 
 
-SUITE_GRIDS = {"fa2": fa2_suite, "hopper": hopper_suite, "variants": variants_suite}
+#: the head dims the "headdims" suite times beside the native ones whose tile parameters they take
+PADDED_SUITE_DIMS: tuple[int, ...] = (40, 80, 112, 160, 192, 224)
+
+
+def headdims_suite() -> list[tuple[DType, Variant, Shape]]:
+    """The cost of a head dim the tile tables were not measured at (padded inside the kernel where the tensor cores'
+    k-step needs it): each of PADDED_SUITE_DIMS beside the native dim it takes its parameters from
+    (flashgen.translators.plan.native_head_dim), bf16, not causal, N = M = 4k, B = 4 (B*N = 16k tokens),
+    H = round(2048 / D) (H*D about 2048). suite.padding_costs compares their TF/s, each counting its own D's flops."""
+    from flashgen.translators.plan import native_head_dim  # the translators are a second's import; timing needs none
+
+    dims = sorted(set(PADDED_SUITE_DIMS) | {native_head_dim(d) for d in PADDED_SUITE_DIMS})
+    n = 4096
+    return [(DType.bf16, Variant(), Shape(B=16384 // n, H=round(2048 / d), N=n, M=n, D=d)) for d in dims]
+
+
+SUITE_GRIDS = {"fa2": fa2_suite, "hopper": hopper_suite, "variants": variants_suite, "headdims": headdims_suite}
 
 
 def default_output_path(env: dict[str, Any], name: str, root: str | Path = "benchmarks/results") -> Path:
@@ -352,11 +368,12 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
             v = _random_device(cp, (shape.B, shape.kv_heads, shape.M, shape.D), man.dtype, seed + 2)
             o = cp.empty_like(q)
             lse = cp.empty((shape.B, shape.H, shape.N), dtype=cp.float32) if man.variant.return_lse else None
+            slopes, tensors = _call_time_inputs(cp, man, shape, seed)
             entry = BenchEntry(name=man.name, kind="kernel", dtype=man.dtype.value, variant=man.variant.name,
                                shape=shape, ok=False)
             try:
                 run = prepare_launch(man, loaded, q, k, v, o, lse=lse, scale=scale, stream=stream,
-                                     step=f"bench {shape_text(shape)}")
+                                     step=f"bench {shape_text(shape)}", alibi_slopes=slopes, tensors=tensors)
                 entry.stats = time_callable(run, stream=stream, l2_bytes=l2, min_time_s=min_time_s)
                 entry.ok = True
                 entry.tflops = tflops(shape, man.variant, entry.stats.median_ms)
@@ -372,16 +389,32 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
             if baselines and key not in baseline_done:
                 baseline_done.add(key)
                 report.entries += _bench_baselines(man.variant, man.dtype, shape, q, k, v, softmax_scale, stream, l2,
-                                                   min_time_s, target, flex)
-            del q, k, v, o, lse
+                                                   min_time_s, target, flex, slopes)
+            del q, k, v, o, lse, slopes, tensors
     return report
+
+
+def _call_time_inputs(cp, manifest, shape: Shape, seed: int):
+    """What an ALiBi kernel and one with call-time tensors are timed with: the standard slopes passed as the caller's
+    (H) tensor, as FlashAttention is called (the baselines get the same), and the tensors filled by their rules."""
+    import numpy as np
+
+    from flashgen.tl_spec.tensors import fill_all, sizes_of
+    from flashgen.variant import alibi_slope
+
+    slopes = None
+    if manifest.variant.alibi:
+        slopes = cp.asarray(np.array([alibi_slope(h, shape.H) for h in range(shape.H)], dtype=np.float32))
+    tensors = {name: cp.asarray(x) for name, x in fill_all(manifest.call_tensors, sizes_of(shape), seed).items()}
+    return slopes, tensors
 
 
 _flex_dynamic_failed: str | None = None  # why a dynamic compile failed in this process (static from then on)
 
 
 def _bench_baselines(variant: Variant, dtype: DType, shape: Shape, q, k, v, scale: float, stream, l2: int,
-                     min_time_s: float, target: str | None, flex: FlexMode = "static") -> list[BenchEntry]:
+                     min_time_s: float, target: str | None, flex: FlexMode = "static",
+                     alibi_slopes=None) -> list[BenchEntry]:
     from flashgen.harness.baselines import BASELINE_NAMES, make_baselines
 
     entries = []
@@ -389,6 +422,7 @@ def _bench_baselines(variant: Variant, dtype: DType, shape: Shape, q, k, v, scal
         import torch
 
         tq, tk, tv = (_as_torch(x, dtype) for x in (q, k, v))
+        slopes = torch.from_dlpack(alibi_slopes) if alibi_slopes is not None else None  # the slopes ours ran with
         torch_stream = torch.cuda.ExternalStream(stream.ptr)
     except Exception as exc:
         return [BenchEntry(name=n, kind="baseline", dtype=dtype.value, variant=variant.name, shape=shape, ok=False,
@@ -400,12 +434,12 @@ def _bench_baselines(variant: Variant, dtype: DType, shape: Shape, q, k, v, scal
     if _flex_dynamic_failed and flex == "static":
         flex_note += f" (a dynamic compile failed earlier: {_flex_dynamic_failed})"
     with torch.cuda.stream(torch_stream):
-        made = make_baselines(variant, tq, tk, tv, scale, flex=flex)
+        made = make_baselines(variant, tq, tk, tv, scale, flex=flex, alibi_slopes=slopes)
         if flex == "dynamic" and any(n == "flex" and fn is None and (r or "").startswith("unsupported here")
                                      for n, fn, r in made):
             # a shape-generic compile this torch cannot do: static compiles from here on
             _flex_dynamic_failed = next(r for n, _, r in made if n == "flex")
-            made = make_baselines(variant, tq, tk, tv, scale, flex="static")
+            made = make_baselines(variant, tq, tk, tv, scale, flex="static", alibi_slopes=slopes)
             flex_note = f"compiled with dynamic=False (the dynamic compile failed: {_flex_dynamic_failed})"
         for name, fn, reason in made:
             entry = BenchEntry(name=name, kind="baseline", dtype=dtype.value, variant=variant.name, shape=shape,

@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
     def bench_command(kernel_dirs: list[str] = typer.Argument(None, help="kernel directories (kernel.cu + manifest.json); "
                                                               "or `report RESULTS.json...` to render suite results"),
                       shapes: str = typer.Option(None, help='e.g. "B=8,H=16,N=2048,M=2048,D=128;B=4,..."'),
-                      suite: str = typer.Option(None, help="a preset: fa2, hopper (with d256), or variants (the variants beside plain at bf16 d128 4k). Without kernel directories our kernels are "
+                      suite: str = typer.Option(None, help="a preset: fa2, hopper (with d256), variants (the variants beside plain at bf16 d128 4k), or headdims (head dims such as 40, 80, 112 beside the native ones, bf16 4k). Without kernel directories our kernels are "
                                                 "built for it (expert pipeline), verified and timed"),
                       gpu: str = typer.Option(None, help="the GPU the suite builds for (default: the one present)"),
                       arch_path: str = typer.Option(None, help="suite: the code path to build, sm_90, sm_80 or sm_75 "

@@ -193,7 +193,7 @@ class TensorView(BaseModel):
     ptr: int
     shape: tuple[int, ...]
     strides: tuple[int, ...] = Field(description="in elements")
-    dtype: str = Field(description="fp16 | bf16 | fp32 | other:<name>")
+    dtype: str = Field(description="fp16 | bf16 | fp32 | int32 | other:<name>")
     stream: int | None = None
     kind: str = Field(default="array", description="the array's library and type, e.g. torch.Tensor, cupy.ndarray")
     device: int | None = Field(default=None, description="CUDA device ordinal where the array says (torch, DLPack)")
@@ -201,11 +201,11 @@ class TensorView(BaseModel):
 
 
 # __cuda_array_interface__ typestrs; bf16 travels as raw 16-bit words (cupy has no bf16) or as a 2-byte void
-_TYPESTR = {"<f2": "fp16", "<f4": "fp32", "<u2": "bf16", "<V2": "bf16", "|V2": "bf16"}
+_TYPESTR = {"<f2": "fp16", "<f4": "fp32", "<u2": "bf16", "<V2": "bf16", "|V2": "bf16", "<i4": "int32"}
 _TYPESTR_NAMES = {"<f8": "float64", "<f2": "float16", "<f4": "float32", "<i4": "int32", "<i8": "int64", "|u1": "uint8",
                   "|i1": "int8", "<i2": "int16", "|b1": "bool"}
 # DLPack (code, bits) -> our name; uint16 words stand for bf16 as with __cuda_array_interface__
-_DLPACK_DTYPES = {(2, 16): "fp16", (2, 32): "fp32", (4, 16): "bf16", (1, 16): "bf16"}
+_DLPACK_DTYPES = {(2, 16): "fp16", (2, 32): "fp32", (4, 16): "bf16", (1, 16): "bf16", (0, 32): "int32"}
 _DLPACK_CODES = {0: "int", 1: "uint", 2: "float", 3: "opaque", 4: "bfloat", 5: "complex", 6: "bool"}
 # DLDeviceType: the ones a kernel can read (device memory, managed memory) and the names of the others
 _DLPACK_CUDA = {2, 13}
@@ -292,7 +292,7 @@ def tensor_view(x: Any, name: str = "array") -> TensorView:
         if not x.is_cuda:
             raise ArrayError(f"{name} ({kind}) is on the {getattr(x, 'device', 'CPU')}; the kernel needs CUDA device "
                              "memory (.cuda())")
-        dtype = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}.get(
+        dtype = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.int32": "int32"}.get(
             str(x.dtype), f"other:{str(x.dtype).removeprefix('torch.')}")
         stream = None
         try:
@@ -344,7 +344,7 @@ def check_same_kind(views: dict[str, TensorView]) -> None:
                              "put them on one GPU")
 
 
-_DTYPE_WORDS = {"fp16": "float16", "bf16": "bfloat16 (or raw uint16 words)", "fp32": "float32"}
+_DTYPE_WORDS = {"fp16": "float16", "bf16": "bfloat16 (or raw uint16 words)", "fp32": "float32", "int32": "int32"}
 
 
 def _check_tensor(name: str, view: TensorView, dtype: str, shape: tuple[int, ...] | None = None) -> None:
@@ -384,9 +384,71 @@ def empty_like(x: Any, shape: tuple[int, ...], dtype: str) -> Any:
     return _cupy().empty(shape, dtype=np_dtype)
 
 
+def _alibi_fields(manifest: KernelManifest, view: TensorView | None, b: int, h: int) -> tuple[int | None, int]:
+    """(pointer, batch stride) of the caller's ALiBi slopes, FlashAttention's fp32 (H) or (B, H); (None, 0) for none:
+    the kernel then uses the standard slopes."""
+    if view is None:
+        return None, 0
+    if not manifest.variant.alibi:
+        raise ArrayError(f"alibi_slopes: {manifest.name} has no ALiBi bias (generate it with --alibi / alibi=True)")
+    if view.dtype != "fp32":
+        got = view.dtype.removeprefix("other:")
+        raise ArrayError(f"alibi_slopes has dtype {_DTYPE_WORDS.get(got, got)}, the kernel takes float32")
+    if tuple(view.shape) not in ((h,), (b, h)):
+        raise ArrayError(f"alibi_slopes has shape {tuple(view.shape)}, expected ({h},) or ({b}, {h}): FlashAttention's "
+                         "(nheads) or (batch, nheads)")
+    if h > 1 and view.strides[-1] != 1:
+        raise ArrayError(f"alibi_slopes: the head axis must be contiguous, stride is {view.strides[-1]} elements")
+    return view.ptr, (view.strides[0] if len(view.shape) == 2 and b > 1 else 0)
+
+
+def _mod_tensor_fields(manifest: KernelManifest, views: dict[str, TensorView],
+                       sizes: dict[str, int]) -> list[tuple[int, tuple[int, ...]]]:
+    """(pointer, element strides) of each call-time tensor the manifest declares (manifest.mod_tensors, in slot order),
+    checked: one line for a missing, extra, wrongly typed or shaped one."""
+    specs = manifest.call_tensors
+    names = [spec.name for spec in specs]
+    for name in views:
+        if name not in names:
+            reads = f"it reads {', '.join(names)}" if names else "it reads none"
+            raise ArrayError(f"tensors: {name}: {manifest.name} has no call-time tensor of that name ({reads})")
+    out = []
+    for spec in specs:
+        dims = spec.dims(sizes)
+        declared = f"{spec.dtype} [{', '.join(map(str, spec.shape))}]"
+        at = ", ".join(f"{d}={sizes[d]}" for d in dict.fromkeys(d for d in spec.shape if isinstance(d, str)))
+        view = views.get(spec.name)
+        if view is None:
+            raise ArrayError(f"tensors: {spec.name} is missing: {manifest.name} reads {spec.name}, {declared} "
+                             f"({dims} here); pass tensors={{{spec.name!r}: ...}}")
+        label = f"tensors[{spec.name!r}]"
+        if view.dtype != spec.dtype:
+            got = view.dtype.removeprefix("other:")
+            raise ArrayError(f"{label} has dtype {_DTYPE_WORDS.get(got, got)}, the kernel takes {spec.dtype}")
+        if tuple(view.shape) != dims:
+            raise ArrayError(f"{label} has shape {tuple(view.shape)}, expected {dims} ({declared}"
+                             + (f" at {at})" if at else ")"))
+        out.append((view.ptr, tuple(view.strides)))
+    return out
+
+
+def check_call_time(manifest: KernelManifest, q: TensorView, k: TensorView, alibi_slopes: TensorView | None,
+                    tensors: dict[str, TensorView]) -> None:
+    """A call's ALiBi slopes and call-time tensors against the manifest at the sizes of q (B, H, N, D) and
+    k (B, KVH, M, D): what build_params checks, without a GPU (ArrayError, one line)."""
+    if len(q.shape) != 4 or len(k.shape) != 4:
+        raise ArrayError("q, k, v must be 4-D: q (B, H, N, D), k and v (B, KVH, M, D)")
+    b, h, n, d = q.shape
+    _alibi_fields(manifest, alibi_slopes, b, h)
+    _mod_tensor_fields(manifest, tensors, {"B": b, "H": h, "KVH": k.shape[1], "N": n, "M": k.shape[2], "D": d})
+
+
 def build_params(manifest: KernelManifest, q: TensorView, k: TensorView, v: TensorView, o: TensorView,
-                 lse: TensorView | None, workspace_ptr: int, scale: float, num_splits: int) -> FlashgenAttnParams:
-    """The by-value kernel argument, checked against the manifest."""
+                 lse: TensorView | None, workspace_ptr: int, scale: float, num_splits: int,
+                 alibi_slopes: TensorView | None = None,
+                 tensors: dict[str, TensorView] | None = None) -> FlashgenAttnParams:
+    """The by-value kernel argument, checked against the manifest. `alibi_slopes`: the caller's ALiBi slopes (fp32 (H)
+    or (B, H); None: the standard ones); `tensors`: the call-time tensors of its score and mask functions, by name."""
     if len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
         raise ArrayError("q, k, v must be 4-D: q (B, H, N, D), k and v (B, KVH, M, D)")
     b, h, n, d = q.shape
@@ -419,6 +481,12 @@ def build_params(manifest: KernelManifest, q: TensorView, k: TensorView, v: Tens
     p.batch, p.heads, p.kv_heads, p.seqlen_q, p.seqlen_k = b, h, kvh, n, m
     p.num_splits = num_splits
     p.scale = scale
+    p.alibi_slopes, p.alibi_stride_b = _alibi_fields(manifest, alibi_slopes, b, h)
+    sizes = {"B": b, "H": h, "KVH": kvh, "N": n, "M": m, "D": d}
+    for slot, (ptr, strides) in enumerate(_mod_tensor_fields(manifest, tensors or {}, sizes)):
+        p.mod_tensors[slot] = ptr
+        for axis, stride in enumerate(strides):
+            p.mod_strides[slot][axis] = stride
     return p
 
 
@@ -433,9 +501,27 @@ def launch_sizes(manifest: KernelManifest, b: int, h: int, kvh: int, n: int, m: 
     return sizes
 
 
+def call_time_views(alibi_slopes: Any = None, tensors: Any = None) -> tuple[TensorView | None, dict[str, TensorView]]:
+    """The views of a call's ALiBi slopes and call-time tensors (`tensors`: a dict of name -> array), one line
+    (ArrayError) for what is not that."""
+    from collections.abc import Mapping
+
+    slopes = tensor_view(alibi_slopes, "alibi_slopes") if alibi_slopes is not None else None
+    if tensors is None:
+        return slopes, {}
+    if not isinstance(tensors, Mapping):
+        raise ArrayError(f"tensors: expected a dict of name -> CUDA array, got {type(tensors).__name__}")
+    views = {}
+    for name, x in tensors.items():
+        if not isinstance(name, str):
+            raise ArrayError(f"tensors: the names are strings (the kernel's tensor names), got {name!r}")
+        views[name] = tensor_view(x, f"tensors[{name!r}]")
+    return slopes, views
+
+
 def prepare_launch(manifest: KernelManifest, kernel: LoadedKernel | str, q: Any, k: Any, v: Any, o: Any,
                    lse: Any = None, workspace: Any = None, scale: float | None = None, stream: Any = None,
-                   step: str = "launch"):
+                   step: str = "launch", alibi_slopes: Any = None, tensors: Any = None):
     """Check the tensors against the manifest once and return a zero-argument callable that only
     enqueues the launches (what the benchmark times). Arguments as for `launch`."""
     cp = _cupy()
@@ -444,7 +530,9 @@ def prepare_launch(manifest: KernelManifest, kernel: LoadedKernel | str, q: Any,
     given = {"q": qv, "k": kv, "v": vv, "o": ov}
     if lse is not None:
         given["lse"] = tensor_view(lse, "lse")
-    check_same_kind(given)
+    slopes_view, tensor_views = call_time_views(alibi_slopes, tensors)
+    check_same_kind({**given, **({"alibi_slopes": slopes_view} if slopes_view is not None else {}),
+                     **{f"tensors[{n!r}]": view for n, view in tensor_views.items()}})
     for name in ("o", "lse"):
         if name in given and given[name].readonly:
             raise ArrayError(f"{name} ({given[name].kind}) is read-only; the kernel writes it")
@@ -453,7 +541,7 @@ def prepare_launch(manifest: KernelManifest, kernel: LoadedKernel | str, q: Any,
     b, h, n, _ = qv.shape
     kvh, m = kv.shape[1], kv.shape[2]
     sizes = launch_sizes(manifest, b, h, kvh, n, m, _sm_count(cp))
-    keep_alive = [q, k, v, o, lse]
+    keep_alive = [q, k, v, o, lse, alibi_slopes, tensors]
     lse_view = given.get("lse")
     if lse_view is None and manifest.variant.return_lse:
         scratch = cp.empty((b, h, n), dtype=cp.float32)
@@ -467,7 +555,8 @@ def prepare_launch(manifest: KernelManifest, kernel: LoadedKernel | str, q: Any,
         keep_alive.append(workspace)
         ws_ptr = tensor_view(workspace, "workspace").ptr
     params = build_params(manifest, qv, kv, vv, ov, lse_view, ws_ptr,
-                          scale if scale is not None else 1.0 / math.sqrt(manifest.head_dim), sizes["SPLITS"])
+                          scale if scale is not None else 1.0 / math.sqrt(manifest.head_dim), sizes["SPLITS"],
+                          alibi_slopes=slopes_view, tensors=tensor_views)
     stream_ptr = _stream_ptr(stream, qv, cp)
     args = [ctypes.addressof(params)]
     if manifest.tensor_maps:  # Hopper TMA kernels: the maps are the second by-value argument
@@ -501,17 +590,21 @@ def prepare_launch(manifest: KernelManifest, kernel: LoadedKernel | str, q: Any,
 
 
 def launch(manifest: KernelManifest, kernel: LoadedKernel | str, q: Any, k: Any, v: Any, o: Any, lse: Any = None,
-           workspace: Any = None, scale: float | None = None, stream: Any = None, step: str = "launch") -> None:
+           workspace: Any = None, scale: float | None = None, stream: Any = None, step: str = "launch",
+           alibi_slopes: Any = None, tensors: Any = None) -> None:
     """Run the manifest's launches, in order, on `stream` (default: the tensors' current stream).
 
     q (B, H, N, D), k and v (B, KVH, M, D), o (B, H, N, D) in the kernel's dtype: torch tensors,
     __cuda_array_interface__ arrays (cupy, pycuda, numba, jax) or DLPack arrays, one kind for all (bf16 as
     torch.bfloat16, a 2-byte bfloat16 or raw uint16 words), any strides with a contiguous last axis; lse (B, H, N) fp32 or None (a scratch one is used when the variant writes
     it); workspace: fp32 device array, allocated here when the manifest needs one and none is given.
+    alibi_slopes: an ALiBi kernel's slopes, FlashAttention's fp32 (H) or (B, H) (None: the standard 2^(-8 (h + 1) / H));
+    tensors: {name: array} for each call-time tensor of its score and mask functions (manifest.mod_tensors: int32 or
+    fp32 of the declared shape, any strides), every one the kernel declares and no other.
     `kernel` is a LoadedKernel or a cubin path. Raises ArrayError (a ValueError, one line) for mismatched inputs, KernelRunError
     on CUDA errors. Synchronizes only when it had to allocate scratch buffers."""
     cp = _cupy()
-    run = prepare_launch(manifest, kernel, q, k, v, o, lse, workspace, scale, stream, step)
+    run = prepare_launch(manifest, kernel, q, k, v, o, lse, workspace, scale, stream, step, alibi_slopes, tensors)
     run()
     needs_scratch = (lse is None and manifest.variant.return_lse) or (workspace is None and manifest.workspace_floats != "0")
     if needs_scratch:  # scratch buffers must outlive the launches

@@ -248,15 +248,21 @@ class Environment:
         reference = None  # the reference program, when it is another text than this one
         if reference_tl is not None and reference_tl.split() != text.split():
             reference = self.parse(reference_tl, "reference.tl")
+        from flashgen.reference import random_alibi_slopes
+
         for i, shape in enumerate(interpret_shapes(variant, head_dim)):
+            # ALiBi: the first shape with the standard slopes, the second with the caller's (B, H), as FlashAttention
+            caller = variant.alibi and i == 1
+            call = {"alibi_slopes": random_alibi_slopes(shape.B, shape.H, i, per_batch=True)} if caller else None
             try:
-                result = interpret(program, shape, seed=i, scale=scale)
+                result = interpret(program, shape, seed=i, scale=scale, inputs=call)
             except (TLRuntimeError, UsageError) as exc:
                 return CpuCheck(ok=False, repair="repair_interpret", shape=_shape_text(shape),
                                 summary=f"the interpreter stopped: {exc}")
             q, k, v = (result.inputs[name] for name in ("Q", "K", "V"))
             if reference_tl is None:
-                want_o, want_lse = attention(q, k, v, variant, result.scale)
+                want_o, want_lse = attention(q, k, v, variant, result.scale,
+                                             alibi_slopes=result.inputs.get("alibi_slopes"))
             else:  # the program's own fp64 meaning (or the reference program's): still every output written, finite
                 wanted = result.outputs if reference is None else _defined_by(reference, shape, result)
                 want_o, want_lse = np.asarray(wanted["O"], dtype=np.float64), wanted.get("LSE")
@@ -269,7 +275,10 @@ class Environment:
                 return CpuCheck(ok=False, repair="repair_check", diagnostics=[
                     "kernel.tl: the variant returns LSE but the program writes no global LSE"])
             if not check.ok:
-                return CpuCheck(ok=False, repair="repair_interpret", shape=_shape_text(shape), summary=check.detail)
+                why = ("; this shape runs with the caller's ALiBi slopes (B, H), the one before with the standard ones: "
+                       "read the slope of batch b, head h as alibi_slopes[b, h]") if caller else ""
+                return CpuCheck(ok=False, repair="repair_interpret", shape=_shape_text(shape),
+                                summary=check.detail + why)
         return CpuCheck(ok=True, counts=self._roofline_counts(program, variant, head_dim))
 
     @staticmethod

@@ -107,7 +107,12 @@ def _launch_all(spec_path: str) -> int:
         nan_word = 0x7FC0  # bf16 NaN
         o = cp.full((b, h, n, d), nan_word, dtype=cp.uint16) if bf16 else cp.full((b, h, n, d), cp.nan, dtype=q.dtype)
         lse = cp.full((b, h, n), cp.nan, dtype=cp.float32) if manifest.variant.return_lse else None
-        launch(manifest, entry["cubin"], q, k, v, o, lse=lse)
+        from flashgen.tl_spec.tensors import fill_all, sizes_of
+        from flashgen.variant import Shape
+
+        sizes = sizes_of(Shape(B=b, H=h, KVH=kvh, N=n, M=m, D=d))  # the call-time tensors, by their fill rules
+        tensors = {name: cp.asarray(x) for name, x in fill_all(manifest.call_tensors, sizes, 0).items()}
+        launch(manifest, entry["cubin"], q, k, v, o, lse=lse, tensors=tensors)
         cp.cuda.runtime.deviceSynchronize()
         poisoned = (o == nan_word) if bf16 else cp.isnan(o)
         written = int(o.size - int(cp.count_nonzero(poisoned)))

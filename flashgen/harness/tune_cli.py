@@ -22,7 +22,7 @@ from rich.table import Table
 
 from flashgen import variant_options as opts
 from flashgen.errors import UsageError
-from flashgen.variant import DType, Shape, Variant, parse_dtype
+from flashgen.variant import DType, Shape, Variant, check_head_dim, parse_dtype
 
 # the interpreter counts work at this small size for the per-candidate roofline (the full benchmark size
 # takes seconds per candidate); tile waste and K/V re-reads already show there
@@ -108,9 +108,9 @@ def register(app: typer.Typer) -> None:
         target = resolve_target(gpu)
         from flashgen.translators.backends import backend_for
 
-        head_dims = backend_for(target).head_dims
-        if head_dim not in head_dims:
-            raise UsageError(f"head dim {head_dim} is not supported; supported: {', '.join(map(str, head_dims))}")
+        check_head_dim(head_dim, "--head-dim")
+        if (problem := backend_for(target).head_dim_problem(head_dim)) is not None:
+            raise UsageError(problem)
         timed_shapes = parse_shape_list(shapes, head_dim, variant) if shapes else default_shapes(variant, head_dim)
         choice = choose_params_with_source(variant, target, dt, head_dim)
         title = f"{variant.name} {dt.value} d{head_dim} on {target.name} ({target.arch})"

@@ -14,10 +14,10 @@ import os
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 from flashgen.abi import KernelManifest
-from flashgen.reference import attention, random_inputs, visible_mask
+from flashgen.reference import attention, random_alibi_slopes, random_inputs, visible_mask
 from flashgen.variant import DType, Norm, Shape, Variant
 
 
@@ -43,6 +43,9 @@ POISON_BITS = {DType.fp16: np.uint16(0x7D5A), DType.bf16: np.uint16(0x7FA5), DTy
 LSE_POISON_BITS = np.uint32(0x7FA5A5A5)
 
 Layout = Literal["bhnd", "bnhd"]
+#: the ALiBi slopes a case runs with: the standard ones (a null pointer), or the caller's (random, as FlashAttention's
+#: tests make them: `torch.rand(B, H) * 0.3`) of shape (H) or (B, H)
+AlibiSlopes = Literal["standard", "H", "BH"]
 
 
 def tolerance_for(dtype: DType, magnitude: float = 1.0) -> Tolerance:
@@ -58,13 +61,23 @@ class CheckCase(BaseModel):
     shape: Shape
     layout: Layout = "bhnd"
     magnitude: float = Field(default=1.0, description="q and k are scaled by this: scores grow as its square")
+    alibi_slopes: AlibiSlopes = Field(default="standard", description="an ALiBi kernel's slopes: the standard ones, "
+                                      "or random caller slopes of shape (H) or (B, H)")
+
+    @model_serializer(mode="wrap")
+    def _standard_slopes_left_out(self, handler):  # cases without caller slopes dump as before the field existed
+        data = handler(self)
+        if isinstance(data, dict) and data.get("alibi_slopes") == "standard":
+            del data["alibi_slopes"]
+        return data
 
     @property
     def label(self) -> str:
         s = self.shape
         kvh = f",KVH={s.kv_heads}" if s.kv_heads != s.H else ""
         mag = f", x{self.magnitude:g} magnitude" if self.magnitude != 1.0 else ""
-        return f"{self.name} (B={s.B},H={s.H}{kvh},N={s.N},M={s.M},D={s.D}, layout {self.layout}{mag})"
+        slopes = {"standard": "", "H": ", caller ALiBi slopes (H)", "BH": ", caller ALiBi slopes (B, H)"}[self.alibi_slopes]
+        return f"{self.name} (B={s.B},H={s.H}{kvh},N={s.N},M={s.M},D={s.D}, layout {self.layout}{mag}{slopes})"
 
 
 class RunCheck(BaseModel):
@@ -147,6 +160,10 @@ def default_cases(manifest: KernelManifest) -> list[CheckCase]:
                                    layout="bnhd"))
     if kvh is None and g == 1:
         cases.append(CheckCase(name="many_heads", shape=shape(1, 40, 50, h=6)))
+    if v.alibi:  # FlashAttention's alibi_slopes given by the caller, both shapes (the cases above: the standard ones)
+        rows = (1, 3) if v.split_kv else (131, 77)
+        cases += [CheckCase(name="alibi_slopes_h", shape=shape(2, rows[0], 190), alibi_slopes="H"),
+                  CheckCase(name="alibi_slopes_bh", shape=shape(3, rows[1], 129), layout="bnhd", alibi_slopes="BH")]
     return cases
 
 
@@ -321,9 +338,10 @@ def new_seed() -> int:
 
 
 class _DeviceCase:
-    """Device buffers of one case, kept across its runs (same pointers, new data)."""
+    """Device buffers of one case, kept across its runs (same pointers, new data): Q, K, V, O, LSE, and the call's
+    ALiBi slopes and call-time tensors where the kernel takes them."""
 
-    def __init__(self, cp, case: CheckCase, dtype: DType, with_lse: bool):
+    def __init__(self, cp, case: CheckCase, dtype: DType, with_lse: bool, manifest: KernelManifest | None = None):
         s = case.shape
         perm = _PERM[case.layout]
         self.cp, self.case, self.dtype, self.perm = cp, case, dtype, perm
@@ -338,6 +356,27 @@ class _DeviceCase:
         self.v_phys, self.v = alloc((s.B, s.kv_heads, s.M, s.D))
         self.o_phys, self.o = alloc((s.B, s.H, s.N, s.D))
         self.lse = cp.empty((s.B, s.H, s.N), dtype=cp.float32) if with_lse else None
+        slopes = {"H": (s.H,), "BH": (s.B, s.H)}.get(case.alibi_slopes) if manifest and manifest.variant.alibi else None
+        self.slopes = cp.empty(slopes, dtype=cp.float32) if slopes else None
+        self.specs = manifest.call_tensors if manifest else []
+        from flashgen.tl_spec.tensors import sizes_of
+
+        self.tensors = {spec.name: cp.empty(spec.dims(sizes_of(s)), dtype=cp.int32 if spec.dtype == "int32"
+                                            else cp.float32) for spec in self.specs}
+
+    def call_time_inputs(self, seed: int) -> dict[str, np.ndarray]:
+        """This run's caller slopes and call-time tensors (from `seed`), uploaded; returned as the host values (by
+        name, the slopes as `alibi_slopes`) the reference reads."""
+        from flashgen.tl_spec.tensors import fill_all, sizes_of
+
+        s = self.case.shape
+        host = fill_all(self.specs, sizes_of(s), seed)
+        for name, values in host.items():
+            self.tensors[name].set(values)
+        if self.slopes is not None:
+            host["alibi_slopes"] = random_alibi_slopes(s.B, s.H, seed, per_batch=self.slopes.ndim == 2)
+            self.slopes.set(host["alibi_slopes"])
+        return host
 
     def upload(self, q_bits, k_bits, v_bits) -> dict[str, np.ndarray]:
         sent = {}
@@ -357,6 +396,10 @@ class _DeviceCase:
         for name, phys in (("q", self.q_phys), ("k", self.k_phys), ("v", self.v_phys)):
             now = _raw_view(phys.get())
             changed[name] = int((now != _raw_view(sent[name])).sum())
+        buffers = {**self.tensors, **({"alibi_slopes": self.slopes} if self.slopes is not None else {})}
+        for name, buf in buffers.items():
+            if name in sent:
+                changed[name] = int((buf.get() != sent[name]).sum())
         return changed
 
     def outputs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -405,18 +448,21 @@ def verify_kernel(kernel, cases: list[CheckCase] | None = None, seed: int | None
             break
         if case.shape.D != manifest.head_dim:
             case = case.model_copy(update={"shape": case.shape.model_copy(update={"D": manifest.head_dim})})
-        dev = _DeviceCase(cp, case, dtype, with_lse)
+        dev = _DeviceCase(cp, case, dtype, with_lse, manifest)
         result = CaseResult(case=case, ok=True)
         for run in range(1, runs_per_case + 1):
             run_seed = (base_seed + 1000 * case_no + run) % (2 ** 32)
             q64, k64, v64 = random_inputs(case.shape, run_seed, scale_mag=case.magnitude)
             q_bits, k_bits, v_bits = (to_dtype_bits(x, dtype) for x in (q64, k64, v64))
             sent = dev.upload(q_bits, k_bits, v_bits)
+            extra = dev.call_time_inputs(run_seed)
+            sent.update(extra)
             dev.poison()
             cp.cuda.runtime.deviceSynchronize()
             step = f"verify case {case.label}, seed {run_seed}, run {run}"
             with stream:
-                launch(manifest, loaded, dev.q, dev.k, dev.v, dev.o, lse=dev.lse, scale=scale, stream=stream, step=step)
+                launch(manifest, loaded, dev.q, dev.k, dev.v, dev.o, lse=dev.lse, scale=scale, stream=stream, step=step,
+                       alibi_slopes=dev.slopes, tensors=dev.tensors)
             try:
                 cp.cuda.runtime.deviceSynchronize()  # the whole device: work left on other streams counts too
             except Exception as exc:
@@ -424,7 +470,7 @@ def verify_kernel(kernel, cases: list[CheckCase] | None = None, seed: int | None
                 raise KernelRunError(f"CUDA error: {exc} in kernel {names} during {step}") from None
             o, o_unw, lse, lse_unw = dev.outputs()
             o_ref, lse_ref = reference_outputs(manifest, *(from_dtype_bits(x, dtype) for x in (q_bits, k_bits, v_bits)),
-                                               scale=scale)
+                                               scale=scale, call_time=extra)
             check = compare_outputs(o, o_ref, dtype, variant, case.shape.M, o_unwritten=o_unw,
                                     lse=lse if variant.return_lse else None,
                                     lse_ref=lse_ref if variant.return_lse else None,
@@ -448,18 +494,22 @@ def verify_kernel(kernel, cases: list[CheckCase] | None = None, seed: int | None
 
 
 def reference_outputs(manifest: KernelManifest, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                      scale: float | None = None):
+                      scale: float | None = None, call_time: dict[str, np.ndarray] | None = None):
     """The fp64 (O, LSE) a kernel must match: flashgen.reference for its Variant or, for a kernel whose
     manifest carries the TL it was translated from (a custom mask or score function), that TL's own
-    fp64 interpretation on the same inputs; at softmax scale `scale` (None: 1/sqrt(D))."""
+    fp64 interpretation on the same inputs; at softmax scale `scale` (None: 1/sqrt(D)). `call_time`: the call's
+    ALiBi slopes (`alibi_slopes`, (H) or (B, H); absent: the standard ones) and call-time tensors, by name."""
+    call_time = dict(call_time or {})
     if manifest.reference_tl is None:
-        return attention(q, k, v, manifest.variant, scale)
+        if manifest.mod_tensors:
+            raise ValueError(f"{manifest.name} reads call-time tensors but carries no reference TL that says how")
+        return attention(q, k, v, manifest.variant, scale, alibi_slopes=call_time.get("alibi_slopes"))
     from flashgen.tl_spec import interpret, parse
 
     program = parse(manifest.reference_tl, filename=f"<{manifest.name} reference TL>")
     b, h, n, d = q.shape
     shape = Shape(B=b, H=h, N=n, M=k.shape[2], D=d, KVH=k.shape[1])
-    outputs = interpret(program, shape, inputs={"Q": q, "K": k, "V": v}, scale=scale).outputs
+    outputs = interpret(program, shape, inputs={"Q": q, "K": k, "V": v, **call_time}, scale=scale).outputs
     return outputs["O"], outputs.get("LSE")
 
 

@@ -3,6 +3,11 @@
 // Strides are in elements; the last (head-dim) axis of every tensor is contiguous.
 #pragma once
 
+// At most this many call-time tensors (FlashgenAttnParams.mod_tensors) of at most this many dims each
+// (flashgen.abi.MAX_MOD_TENSORS, MAX_MOD_RANK).
+#define FLASHGEN_MAX_MOD_TENSORS 4
+#define FLASHGEN_MAX_MOD_RANK 4
+
 struct FlashgenAttnParams {
   const void* q;   // (B, H, N, D)   element type = the kernel's dtype
   const void* k;   // (B, KVH, M, D)
@@ -18,6 +23,16 @@ struct FlashgenAttnParams {
   int batch, heads, kv_heads, seqlen_q, seqlen_k;
   int num_splits;  // split-KV decode: KV chunks per (b, h); 1 otherwise
   float scale;     // multiplies q.k (1/sqrt(D) by default)
+  // ALiBi slopes given by the caller (FlashAttention's alibi_slopes, fp32 (H) or (B, H)): the slope of batch b, head h
+  // is alibi_slopes[b * alibi_stride_b + h] (stride 0 for (H), the head axis contiguous). Null: the standard slopes
+  // 2^(-8 (h + 1) / H). Read only by ALiBi kernels.
+  const float* alibi_slopes;
+  long long alibi_stride_b;
+  // The call-time tensors of a kernel's score and mask functions (the TL's `Tensor` lines, manifest.mod_tensors), in
+  // declaration order: element type int32 or fp32 as declared; mod_strides[i][a] is tensor i's stride (elements) along
+  // its axis a. Unused slots are null / 0.
+  const void* mod_tensors[FLASHGEN_MAX_MOD_TENSORS];
+  long long mod_strides[FLASHGEN_MAX_MOD_TENSORS][FLASHGEN_MAX_MOD_RANK];
 };
 
 // Hopper kernels (the sm90 backend) take a second parameter: the TMA tensor maps of Q, K, V and O, encoded by the

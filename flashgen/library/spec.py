@@ -35,7 +35,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from flashgen.errors import InputError, UsageError, read_text_input
-from flashgen.variant import DType, Norm, Variant, parse_dtype
+from flashgen.variant import DType, Norm, Variant, head_dim_problem, parse_dtype
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -243,6 +243,9 @@ def parse_spec(data: dict, where: str = "spec", base: Path | None = None) -> Spe
             parse_variant_name(variant)
         except UsageError as exc:
             raise UsageError(f"{where}: variants: {exc}") from None
+    for head_dim in spec.head_dims:
+        if (problem := head_dim_problem(head_dim)) is not None:
+            raise UsageError(f"{where}: head_dims: {problem}")
     for field, values in (("gpus", spec.gpus), ("dtypes", spec.dtypes), ("variants", spec.variants),
                           ("head_dims", spec.head_dims)):
         if len(set(values)) != len(values):

@@ -94,7 +94,16 @@ class Call(Node):
     args: list[Expr]
 
 
-Expr = Annotated[Num | Name | Unary | Binary | Call, Field(discriminator="kind")]
+class Subscript(Node):
+    """`T[i, j]`: one element of a call-time tensor T (a `Tensor` line, or the builtin `alibi_slopes`): one integer
+    index per dim, each clamped into its dim (flashgen.operators.read_clamped). Only in a Compute's expression."""
+
+    kind: Literal["subscript"] = "subscript"
+    tensor: str
+    indices: list[Expr]
+
+
+Expr = Annotated[Num | Name | Unary | Binary | Call | Subscript, Field(discriminator="kind")]
 
 #: builtin functions -> number of arguments (what each means: flashgen.operators). Elementwise unless noted:
 #: rowmax and rowsum reduce a [rows, cols] tile over its columns -> [rows]; cdiv is ceil(a / b) on integers
@@ -113,6 +122,10 @@ RUNTIME_SCALARS = ("scale",)
 VARIANT_SCALARS = ("softcap", "window", "window_left", "window_right")
 #: inside an elementwise Compute: absolute query row / key position of each element of the destination
 INDEX_NAMES = ("q_idx", "k_idx")
+#: the builtin call-time tensor of an ALiBi program ([B, H] fp32): the caller's slopes (FlashAttention's
+#: alibi_slopes, (H) or (B, H)), or the standard 2^(-8 (h + 1) / H) when the caller gives none
+ALIBI_SLOPES = "alibi_slopes"
+TENSOR_DTYPES = ("int32", "fp32")
 
 
 # --------------------------------------------------------------------------- references
@@ -323,6 +336,22 @@ class Release(Node):
 SYNC_TYPES = (Acquire, Wait, Release)
 
 
+class TensorDecl(Node):
+    """`Tensor NAME shape [d0, ...] dtype int32|fp32 fill LO to HI [sorted]` (program level): a small tensor the caller
+    passes at call time (flashgen.abi.ModTensor), read in Compute expressions as `NAME[i, ...]`. Dims are sizes
+    (B, H, KVH, N, M, D) or positive integers. The fill (for `tl run`, verification and timing, where no caller gives
+    one): uniform integers LO..HI both included (int32) or reals in [LO, HI) (fp32), LO and HI expressions over the
+    sizes; `sorted`: ascending along the last axis. Without `fill` the parser writes flashgen.abi.DEFAULT_FILL."""
+
+    kind: Literal["tensor"] = "tensor"
+    name: str
+    shape: list[Expr]
+    dtype: Literal["int32", "fp32"]
+    low: Expr
+    high: Expr
+    sorted: bool = False
+
+
 class Kernel(Node):
     """`Kernel NAME` ... `end`: one launch. Several kernels run in order (split-KV: partial, combine)."""
 
@@ -333,7 +362,7 @@ class Kernel(Node):
 
 Stmt = Annotated[
     Comment | Allocate | Copy | ComputeGemm | ComputeOnlineSoftmax | ComputeAssign | ComputeText | Reshape | Let | ForLoop
-    | Kernel | Role | Acquire | Wait | Release,
+    | Kernel | Role | Acquire | Wait | Release | TensorDecl,
     Field(discriminator="kind"),
 ]
 
@@ -373,6 +402,11 @@ class Program(Node):
     def global_allocations(self) -> list[Allocate]:
         return [s for s in self.body if isinstance(s, Allocate)]
 
+    @property
+    def tensor_decls(self) -> list[TensorDecl]:
+        """The call-time tensors (`Tensor` lines), in declaration order: the order of FlashgenAttnParams.mod_tensors."""
+        return [s for s in self.body if isinstance(s, TensorDecl)]
+
     def statements(self) -> list[Any]:
         """Every statement, depth first in source order (kernels, loops and roles before their bodies)."""
         out: list[Any] = []
@@ -402,6 +436,8 @@ def role_program(program: Program) -> bool:
 Unary.model_rebuild()
 Binary.model_rebuild()
 Call.model_rebuild()
+Subscript.model_rebuild()
+TensorDecl.model_rebuild()
 ForLoop.model_rebuild()
 Role.model_rebuild()
 Kernel.model_rebuild()
@@ -460,11 +496,19 @@ def walk_expr(expr: Any):
     elif isinstance(expr, Call):
         for a in expr.args:
             yield from walk_expr(a)
+    elif isinstance(expr, Subscript):
+        for a in expr.indices:
+            yield from walk_expr(a)
 
 
 def expr_names(expr: Any) -> list[str]:
-    """Names an expression reads, in order (with repeats)."""
+    """Names an expression reads, in order (with repeats); the call-time tensors it reads are `tensors_read`'s."""
     return [n.id for n in walk_expr(expr) if isinstance(n, Name)]
+
+
+def tensors_read(expr: Any) -> list[str]:
+    """The call-time tensors an expression reads (`T[i]`), in order (with repeats)."""
+    return [n.tensor for n in walk_expr(expr) if isinstance(n, Subscript)]
 
 
 def substitute(expr: Any, mapping: dict[str, Any]) -> Any:
@@ -478,4 +522,6 @@ def substitute(expr: Any, mapping: dict[str, Any]) -> Any:
                       loc=expr.loc)
     if isinstance(expr, Call):
         return Call(func=expr.func, args=[substitute(a, mapping) for a in expr.args], loc=expr.loc)
+    if isinstance(expr, Subscript):
+        return Subscript(tensor=expr.tensor, indices=[substitute(a, mapping) for a in expr.indices], loc=expr.loc)
     return expr

@@ -20,7 +20,7 @@ from flashgen.tl_spec.printer import format_expr
 from flashgen.tl_spec.roles import RoleRules
 from flashgen.tl_spec.symbols import Ctx as _Ctx
 from flashgen.tl_spec.symbols import Sym as _Sym
-from flashgen.variant import DType
+from flashgen.variant import DType, head_dim_problem
 
 # probe values for runtime sizes: distinct, not multiples of common tiles
 _PROBES = ({"B": 3, "H": 12, "KVH": 4, "N": 1001, "M": 1237}, {"B": 5, "H": 20, "KVH": 5, "N": 517, "M": 389})
@@ -122,6 +122,9 @@ class _Checker:
     # ------------------------------------------------------------------ names in expressions
     def names_in(self, expr: Any, node: Any, allow_index: bool = False, allow_tensors: bool = True) -> None:
         for sub in ast.walk_expr(expr):
+            if isinstance(sub, ast.Subscript):
+                self.subscript(sub, allowed=allow_index and allow_tensors)
+                continue
             if isinstance(sub, ast.Call):
                 if sub.func not in ast.FUNCTIONS:
                     self.err(sub, f"unknown function '{sub.func}'", f"functions: {', '.join(ast.FUNCTIONS)}")
@@ -141,6 +144,9 @@ class _Checker:
                     hint = f"'{sub.id}' is defined only when the Variant line declares it"
                 self.err(sub, f"undefined name '{sub.id}'", hint)
                 continue
+            if sym.kind == "input":
+                self.err(sub, f"'{sub.id}' is a call-time tensor: read an element, {sub.id}[{', '.join(['i'] * len(sym.shape or (0,)))}]")
+                continue
             if sym.kind == "tensor":
                 if not allow_tensors:
                     self.err(sub, f"'{sub.id}' is a tensor; an index or bound is a scalar expression")
@@ -149,6 +155,97 @@ class _Checker:
                              "Compute works on shared and register tiles")
                 else:
                     self.read(sym, sub)
+
+    def subscript(self, sub: ast.Subscript, allowed: bool) -> None:
+        """`T[i, ...]`: a declared call-time tensor, one integer index per dim, indices without tiles; a constant index
+        that is out of range whatever the sizes (below 0, or past a dim given as a number) is an error (any other index
+        is clamped into its dim)."""
+        name = sub.tensor
+        if not allowed:
+            self.err(sub, f"'{name}[...]': a call-time tensor is read only in a Compute expression",
+                     "loop bounds, Lets, shapes and copy indices use sizes, params, loop variables and Lets")
+            return
+        sym = self.lookup(name)
+        if sym is None or sym.kind != "input":
+            if name == ast.ALIBI_SLOPES:
+                hint = "alibi_slopes exists in an ALiBi program: add alibi to the Variant line"
+            elif sym is None:
+                hint = f"declare it at program level: Tensor {name} shape [B] dtype int32 fill 0 to M"
+            else:
+                hint = "only the tensors of Tensor lines (and alibi_slopes) are indexed in an expression"
+            self.err(sub, f"'{name}' is not a call-time tensor" if sym is not None else f"undefined tensor '{name}'", hint)
+            return
+        dims = sym.shape or ()
+        if len(sub.indices) != len(dims):
+            self.err(sub, f"'{name}' has {len(dims)} dims; the index gives {len(sub.indices)}")
+            return
+        fixed = sym.fixed_dims or (0,) * len(dims)
+        for item, dim in zip(sub.indices, fixed):
+            tiles = [n.id for n in ast.walk_expr(item) if isinstance(n, ast.Name) and (self.lookup(n.id) is not None
+                                                                                      and self.lookup(n.id).kind == "tensor")]
+            if tiles:
+                self.err(item, f"an index of '{name}' reads the tile '{tiles[0]}'",
+                         "indices are positions (q_idx, k_idx), loop variables, Lets, sizes and numbers")
+                continue
+            if any(n in ast.INDEX_NAMES for n in ast.expr_names(item)):
+                continue
+            values = {self.probe(item, which, sub) for which in (0, 1)}
+            if len(values) != 1 or None in values:
+                continue
+            value = values.pop()
+            if isinstance(value, bool) or float(value) != int(value):
+                self.err(item, f"an index of '{name}' is not an integer: {value}", "use // for integer division")
+            elif value < 0 or 0 < dim <= value:
+                self.err(item, f"index {int(value)} of '{name}' is out of range whatever the sizes"
+                               + (f" (the dim has {dim} elements)" if value >= 0 else ""),
+                         "indices are clamped into their dim: one always outside reads the edge element")
+
+    def tensor_decl(self, stmt: ast.TensorDecl) -> None:
+        """`Tensor NAME shape [..] dtype int32|fp32 fill LO to HI [sorted]` at program level."""
+        from flashgen.abi import MAX_MOD_RANK, MAX_MOD_TENSORS, MOD_TENSOR_SIZES
+
+        decls = self.p.tensor_decls
+        if decls.index(stmt) == MAX_MOD_TENSORS:
+            self.err(stmt, f"more than {MAX_MOD_TENSORS} Tensor lines: a kernel takes at most {MAX_MOD_TENSORS} "
+                           "call-time tensors (FlashgenAttnParams.mod_tensors)")
+        if stmt.name == ast.ALIBI_SLOPES:
+            self.err(stmt, f"'{ast.ALIBI_SLOPES}' is the builtin ALiBi slopes of an ALiBi program",
+                     "give the tensor another name")
+            return
+        dims: list[Any] = []
+        fixed: list[int] = []  # per axis: the number a dim is given as, 0 for a size
+        for e in stmt.shape:
+            if isinstance(e, ast.Name) and e.id in MOD_TENSOR_SIZES:
+                dims.append(self.lookup(e.id).probe[0] if self.lookup(e.id) else 1)
+                fixed.append(0)
+            elif isinstance(e, ast.Num) and isinstance(e.value, int) and e.value >= 1:
+                dims.append(e.value)
+                fixed.append(e.value)
+            else:
+                fixed.append(0)
+                self.err(e, f"dim '{format_expr(e)}' of tensor '{stmt.name}': a size ({', '.join(MOD_TENSOR_SIZES)}) "
+                            "or a positive integer")
+                dims.append(1)
+        if not 1 <= len(dims) <= MAX_MOD_RANK:
+            self.err(stmt, f"tensor '{stmt.name}' has {len(dims)} dims; a call-time tensor has 1 to {MAX_MOD_RANK}")
+        for bound in (stmt.low, stmt.high):
+            self.names_in(bound, stmt, allow_tensors=False)
+        for which, probe in enumerate(_PROBES):
+            lo, hi = self.probe(stmt.low, which, stmt), self.probe(stmt.high, which, stmt)
+            if lo is None or hi is None:
+                continue
+            if stmt.dtype == "int32" and (float(lo) != int(lo) or float(hi) != int(hi)):
+                self.err(stmt, f"tensor '{stmt.name}' is int32: its fill bounds are integers, got "
+                               f"{format_expr(stmt.low)} to {format_expr(stmt.high)} = {lo} to {hi}")
+                break
+            if hi < lo:
+                sizes = ", ".join(f"{k}={v}" for k, v in probe.items())
+                self.err(stmt, f"tensor '{stmt.name}': fill {format_expr(stmt.low)} to {format_expr(stmt.high)} is "
+                               f"empty at {sizes} ({lo} to {hi})", "the fill is LO to HI with LO <= HI")
+                break
+        sym = _Sym(stmt.name, "input", loc=stmt.loc, shape=tuple(dims))
+        sym.fixed_dims = tuple(fixed)
+        self.define(sym, stmt)
 
     def read(self, sym: _Sym, node: Any) -> None:
         self.rules.read(sym, node)
@@ -196,6 +293,8 @@ class _Checker:
             for side in ("window_left", "window_right"):  # the two-sided window's bounded sides
                 if (bound := getattr(p.variant, side)) is not None:
                     builtins[side] = _Sym(side, "builtin", probe=(bound, bound))
+            if p.variant.alibi:  # the caller's ALiBi slopes (or the standard ones), [B, H] fp32
+                builtins[ast.ALIBI_SLOPES] = _Sym(ast.ALIBI_SLOPES, "input", shape=(_PROBES[0]["B"], _PROBES[0]["H"]))
         self.scopes = [builtins, {}]
         for name, value in p.params.items():
             if name in builtins:
@@ -216,6 +315,8 @@ class _Checker:
                 self.allocate(stmt, ctx)
             elif isinstance(stmt, ast.Kernel):
                 self.kernel(stmt)
+            elif isinstance(stmt, ast.TensorDecl):
+                self.tensor_decl(stmt)
             else:
                 self.err(stmt, "a statement outside a Kernel in a full program",
                          "wrap the statements in `Kernel NAME` ... `end`")
@@ -232,11 +333,13 @@ class _Checker:
         if warps and "BLOCK_M" in params and params["BLOCK_M"] % (16 * warps):
             self.err(t, f"BLOCK_M = {params['BLOCK_M']} is not a multiple of 16 * WARPS = {16 * warps}",
                      "each warp computes 16-row slices of the query tile")
+        head_dim_ok = (problem := head_dim_problem(t.head_dim)) is None
+        if not head_dim_ok:
+            self.err(t, problem)
         if mma is not None:
-            if t.head_dim % mma.k:
-                self.err(t, f"head_dim {t.head_dim} is not a multiple of {mma.k}, the k of {mma.instruction}",
-                         "pad the head dimension or pick another head_dim")
-            if t.head_dim % mma.n:
+            # a head dim short of the k-step is no error: the kernel pads its tiles with zero columns
+            # (flashgen.translators.plan.padded_head_dim), so only the contract above binds it
+            if head_dim_ok and t.head_dim % mma.n:
                 self.err(t, f"head_dim {t.head_dim} is not a multiple of {mma.n}, the n of {mma.instruction}")
             block_n = params.get("BLOCK_N")
             if block_n and block_n % mma.k:
@@ -448,6 +551,9 @@ class _Checker:
             self.reshape(stmt, ctx)
         elif isinstance(stmt, ast.Kernel):
             self.err(stmt, "a Kernel inside a Kernel", "close the first with `end`")
+        elif isinstance(stmt, ast.TensorDecl):
+            self.err(stmt, "a Tensor line inside a Kernel", "declare call-time tensors at program level, beside the "
+                                                            "global Allocates")
         elif isinstance(stmt, ast.ComputeText):
             self.err(stmt, "a free-form Compute (sketch) in a full program",
                      "write an expression: Compute NAME = EXPR, or GEMM / OnlineSoftmax")
@@ -609,9 +715,11 @@ class _Checker:
         if m % (mma.m * warps):
             self.err(stmt, f"the GEMM's {m} rows do not split into {warps} warps of {mma.m} rows ({mma.instruction})",
                      "make BLOCK_M a multiple of 16 * WARPS")
-        if n % mma.n:
+        # the head dim is checked on its own (check_params); as a GEMM's k the kernel pads it with zero columns
+        head_dim = self.p.target.head_dim
+        if n % mma.n and n != head_dim:
             self.err(stmt, f"the GEMM's n = {n} is not a multiple of {mma.n} ({mma.instruction})")
-        if k % mma.k:
+        if k % mma.k and k != head_dim:
             self.err(stmt, f"the GEMM's k = {k} is not a multiple of {mma.k} ({mma.instruction})")
 
     def online_softmax(self, stmt: ast.ComputeOnlineSoftmax, ctx: _Ctx) -> None:
@@ -676,7 +784,7 @@ class _Checker:
                 self.err(expr, f"'{sym.name}' {list(sym.shape)} does not fit '{target.name}' {list(target.shape)}")
             return
         for sub in {ast.Unary: lambda e: [e.operand], ast.Binary: lambda e: [e.left, e.right],
-                    ast.Call: lambda e: e.args}.get(type(expr), lambda e: [])(expr):
+                    ast.Call: lambda e: e.args, ast.Subscript: lambda e: e.indices}.get(type(expr), lambda e: [])(expr):
             self.expr_shape(sub, target, stmt, reduce_depth)
 
     def reshape(self, stmt: ast.Reshape, ctx: _Ctx) -> None:

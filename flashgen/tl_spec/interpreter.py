@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict
 
 from flashgen import operators
 from flashgen.errors import UsageError
-from flashgen.reference import attention, random_inputs
+from flashgen.reference import alibi_table, attention, random_inputs
 from flashgen.roofline import OpCounts
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.diagnostics import TLBudgetError, TLRuntimeError
@@ -155,7 +155,7 @@ def _where(node: Any, program: ast.Program) -> str:
 
 
 class _Run:
-    def __init__(self, program: ast.Program, shape: Shape, inputs: dict[str, np.ndarray], scale: float):
+    def __init__(self, program: ast.Program, shape: Shape, inputs: dict[str, np.ndarray], scale: float, seed: int = 0):
         self.program = program
         self.shape = shape
         self.counter = _Counter()
@@ -193,6 +193,37 @@ class _Run:
                 self._array_cap(math.prod(dims), alloc, f"global tensor {alloc.name} {list(dims)}")
                 data = np.full(dims, np.nan)
             self.globals[alloc.name] = _Buffer(alloc.name, ast.Level.global_, alloc.dtype or t.dtype, dims, data)
+        self.tensors = self._call_time_tensors(inputs, seed)
+
+    def _call_time_tensors(self, inputs: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
+        """The tensors `T[i]` reads: each `Tensor` line's (given in `inputs` by name, else filled by its rule from
+        `seed`) and, in an ALiBi program, `alibi_slopes` (B, H): the given (H) or (B, H) slopes, else the standard."""
+        from flashgen.tl_spec.tensors import fill_all, sizes_of, spec_of
+
+        s = self.shape
+        specs = [spec_of(decl) for decl in self.program.tensor_decls]
+        sizes = sizes_of(s)
+        missing = [spec for spec in specs if spec.name not in inputs]
+        try:
+            filled = fill_all(missing, sizes, seed) if missing else {}
+        except ValueError as exc:
+            decl = next(d for d in self.program.tensor_decls if str(exc).startswith(f"{d.name}: "))
+            raise self.error(decl, str(exc)) from None
+        tensors: dict[str, np.ndarray] = {}
+        for decl, spec in zip(self.program.tensor_decls, specs):
+            value = np.asarray(inputs[spec.name] if spec.name in inputs else filled[spec.name])
+            if value.shape != spec.dims(sizes):
+                raise self.error(decl, f"tensor {spec.name} has shape {list(value.shape)} but is declared "
+                                       f"{list(spec.dims(sizes))}")
+            if spec.dtype == "int32" and not np.array_equal(value, np.round(value)):
+                raise self.error(decl, f"tensor {spec.name} is int32 but holds non-integer values")
+            tensors[spec.name] = value.astype(np.int64 if spec.dtype == "int32" else np.float64)
+        if self.program.variant is not None and self.program.variant.alibi:
+            try:
+                tensors[ast.ALIBI_SLOPES] = alibi_table(s.B, s.H, inputs.get(ast.ALIBI_SLOPES))
+            except ValueError as exc:
+                raise UsageError(f"{self.program.filename}: {exc}") from None
+        return tensors
 
     # ------------------------------------------------------------------ helpers
     def error(self, node: Any, message: str) -> TLRuntimeError:
@@ -261,7 +292,26 @@ class _Run:
             return BINARY_OPS[op](a, b)
         if isinstance(expr, ast.Call):
             return self._call(expr, rank, node, coords)
+        if isinstance(expr, ast.Subscript):
+            return self._subscript(expr, rank, node, coords)
         raise self.error(node, f"not an expression: {type(expr).__name__}")
+
+    def _subscript(self, expr: ast.Subscript, rank: int, node: Any, coords: tuple[Any, Any]) -> Any:
+        """`T[i, ...]`: each index clamped into its dim (flashgen.operators.read_clamped, as the kernel's C)."""
+        data = self.tensors.get(expr.tensor)
+        if data is None:
+            what = "exists only in an ALiBi program" if expr.tensor == ast.ALIBI_SLOPES else \
+                "is not a call-time tensor (a Tensor line)"
+            raise self.error(expr, f"'{expr.tensor}' {what}")
+        if len(expr.indices) != data.ndim:
+            raise self.error(expr, f"'{expr.tensor}' has {data.ndim} dims; the index gives {len(expr.indices)}")
+        indices = []
+        for item in expr.indices:
+            value = self.eval(item, rank, node, coords)
+            if isinstance(value, bool) or np.any(np.asarray(value) != np.floor(np.asarray(value, dtype=np.float64))):
+                raise self.error(item, f"an index of '{expr.tensor}' is not an integer (use // for integer division)")
+            indices.append(value)
+        return operators.read_clamped(data, indices)
 
     def _name(self, expr: ast.Name, rank: int, coords: tuple[Any, Any]) -> Any:
         name = expr.id
@@ -878,7 +928,10 @@ def _runnable(program: ast.Program) -> None:
 
 def interpret(program: ast.Program, shape: Shape, seed: int = 0, inputs: dict[str, np.ndarray] | None = None,
               scale: float | None = None) -> InterpretResult:
-    """Run a full TL program on random (seeded) or given inputs Q, K, V; returns O (and LSE where declared)."""
+    """Run a full TL program on random (seeded) or given inputs Q, K, V; returns O (and LSE where declared).
+    `inputs` may also hold the call-time tensors by name (each `Tensor` line's; else filled by its rule from `seed`)
+    and, for an ALiBi program, `alibi_slopes` (H) or (B, H) (else the standard slopes); the result's `inputs` has
+    every value the run read."""
     _runnable(program)
     assert program.target is not None
     if deep := ast.nesting_problem(program):
@@ -886,11 +939,12 @@ def interpret(program: ast.Program, shape: Shape, seed: int = 0, inputs: dict[st
     if shape.D != program.target.head_dim:
         raise UsageError(f"{program.filename}: the program is written for head_dim {program.target.head_dim}, "
                          f"the shape has D={shape.D}")
-    if inputs is None:
+    inputs = dict(inputs or {})
+    if not all(name in inputs for name in INPUT_NAMES):
         q, k, v = random_inputs(shape, seed)
-        inputs = {"Q": q, "K": k, "V": v}
+        inputs = {"Q": q, "K": k, "V": v, **inputs}
     scale = default_scale(shape.D) if scale is None else scale
-    run = _Run(program, shape, inputs, scale)
+    run = _Run(program, shape, inputs, scale, seed)
     with np.errstate(all="ignore"):
         for kernel in program.kernels:
             run.run_kernel(kernel)
@@ -898,7 +952,7 @@ def interpret(program: ast.Program, shape: Shape, seed: int = 0, inputs: dict[st
     counts = OpCounts(mma_flops=c.mma, vector_flops=c.vector, sfu_ops=c.sfu,
                       bytes={**c.bytes, **c.compulsory_dram_bytes(run.globals)})
     outputs = {name: run.globals[name].data for name in OUTPUT_NAMES if name in run.globals}
-    return InterpretResult(outputs=outputs, counts=counts, inputs=dict(inputs), scale=scale)
+    return InterpretResult(outputs=outputs, counts=counts, inputs={**inputs, **run.tensors}, scale=scale)
 
 
 def _errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float, float]:
@@ -912,12 +966,13 @@ def _errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float, float]:
             float(np.sum(ref[~ref_inf] ** 2)))
 
 
-def compare(program: ast.Program, shape: Shape, seed: int = 0) -> CompareResult:
-    """Run `program` and compare O (and LSE) with the fp64 reference of its declared variant."""
-    result = interpret(program, shape, seed)
+def compare(program: ast.Program, shape: Shape, seed: int = 0, alibi_slopes: np.ndarray | None = None) -> CompareResult:
+    """Run `program` and compare O (and LSE) with the fp64 reference of its declared variant; an ALiBi program with
+    the caller's `alibi_slopes` ((H) or (B, H); None: the standard slopes)."""
+    result = interpret(program, shape, seed, inputs=None if alibi_slopes is None else {ast.ALIBI_SLOPES: alibi_slopes})
     assert program.variant is not None
     q, k, v = (result.inputs[n] for n in INPUT_NAMES)
-    ref_o, ref_lse = attention(q, k, v, program.variant, result.scale)
+    ref_o, ref_lse = attention(q, k, v, program.variant, result.scale, alibi_slopes=alibi_slopes)
     if "O" not in result.outputs:
         raise UsageError(f"{program.filename}: the program declares no global output O")
     pairs = [(result.outputs["O"], ref_o)]

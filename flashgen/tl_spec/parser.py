@@ -20,13 +20,14 @@ from lark.exceptions import (
 )
 from pydantic import ValidationError
 
+from flashgen.abi import DEFAULT_FILL
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.diagnostics import Diagnostic, TLSyntaxError
 from flashgen.variant import DType, Norm, Variant
 
 GRAMMAR = r"""
 start: target | variant | params | kernel | end | for_loop | allocate | copy | gemm | osm | assign | reshape | let
-     | role | acquire | wait | release
+     | role | acquire | wait | release | tensor_decl
 
 target: "Target" NAME "dtype" NAME ["accum" NAME] "head_dim" NUMBER
 variant: "Variant" vitem*
@@ -52,6 +53,7 @@ role: "Role" NAME ["warps" expr]
 acquire: "Acquire" NAME ["stage" expr]
 wait: "Wait" NAME ["stage" expr]
 release: "Release" NAME ["stage" expr]
+tensor_decl: "Tensor" NAME "shape" shape "dtype" NAME ["fill" expr "to" expr [SORTED]]
 
 ?expr: or_expr
 ?or_expr: and_expr | or_expr "or" and_expr         -> or_op
@@ -75,6 +77,7 @@ release: "Release" NAME ["stage" expr]
 ?atom: NUMBER                                      -> number
      | NAME                                        -> name
      | (NAME | MAX) "(" [expr ("," expr)*] ")"     -> call
+     | NAME "[" expr ("," expr)* "]"               -> subscript
      | "(" expr ")"
 
 PARALLEL: "parallel"
@@ -83,6 +86,7 @@ GET: "get"
 SCALED: "scaled"
 ASYNC: "async"
 ACCUMULATE: "accumulate"
+SORTED: "sorted"
 TRANSPOSE: "^T"
 NAME: /[A-Za-z_][A-Za-z0-9_]*/
 NUMBER: /([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][-+]?[0-9]+)?/
@@ -108,6 +112,7 @@ FORMS = {
     "Acquire": "Acquire K_s stage n_blk (producer, before the async Copy into that stage)",
     "Wait": "Wait K_s stage n_blk  or  Wait Q_s (consumer, before the first read)",
     "Release": "Release K_s stage n_blk (consumer, after the last read)",
+    "Tensor": "Tensor LEN shape [B] dtype int32 fill 0 to M  or  Tensor DOC shape [M] dtype int32 fill 0 to 3 sorted",
 }
 KEYWORDS = tuple(FORMS)
 
@@ -117,6 +122,7 @@ _TERMINAL_WORDS = {
     "ACCUMULATE": "'accumulate'", "SCALED": "'scaled'", "ASYNC": "'async'", "LESSTHAN": "'<'", "MORETHAN": "'>'", "STAR": "'*'", "SLASH": "'/'",
     "PERCENT": "'%'",
     "PARALLEL": "'parallel'", "MAX": "'max'", "$END": "end of line", "MINUS": "'-'", "PLUS": "'+'",
+    "SORTED": "'sorted'",
 }
 
 
@@ -160,6 +166,11 @@ class _ToAst(Transformer):
         func, *args = items
         args = [a for a in args if a is not None]
         return ast.Call(func=str(func), args=args, loc=ast.Loc(line=self.line_no, col=meta.column))
+
+    @v_args(meta=True)
+    def subscript(self, meta, items):
+        tensor, *indices = items
+        return ast.Subscript(tensor=str(tensor), indices=list(indices), loc=ast.Loc(line=self.line_no, col=meta.column))
 
     @v_args(meta=True)
     def neg(self, meta, items):
@@ -302,9 +313,26 @@ class _ToAst(Transformer):
         return ("stmt", ast.Reshape(src=str(items[0]), dst=str(items[1]), loc=loc), loc)
 
     @v_args(meta=True)
+    def tensor_decl(self, meta, items):
+        name, shape, dtype, low, high, is_sorted = items
+        loc = ast.Loc(line=self.line_no, col=meta.column)
+        if str(dtype) not in ast.TENSOR_DTYPES:
+            raise _Diag(dtype.column, f"unknown tensor dtype '{dtype}'", "a call-time tensor is int32 or fp32")
+        if low is None:  # no fill rule: the default one, written out (the canonical form always shows it)
+            low, high = (_bound(text, loc) for text in DEFAULT_FILL[str(dtype)])
+        node = ast.TensorDecl(name=str(name), shape=shape, dtype=str(dtype), low=low, high=high,
+                              sorted=is_sorted is not None, loc=loc)
+        return ("stmt", node, loc)
+
+    @v_args(meta=True)
     def let(self, meta, items):
         loc = ast.Loc(line=self.line_no, col=meta.column)
         return ("stmt", ast.Let(name=str(items[0]), value=items[1], loc=loc), loc)
+
+
+def _bound(text: str, loc: ast.Loc):
+    """A default fill bound (flashgen.abi.DEFAULT_FILL: a number or a size name) as an expression."""
+    return ast.Num(value=int(text), loc=loc) if text.isdigit() else ast.Name(id=text, loc=loc)
 
 
 def _binary_rule(op: str):

@@ -31,6 +31,8 @@ def format_expr(expr: Any, parent: int = 0) -> str:
         text, prec = expr.id, _ATOM
     elif isinstance(expr, ast.Call):
         text, prec = f"{expr.func}({', '.join(format_expr(a) for a in expr.args)})", _ATOM
+    elif isinstance(expr, ast.Subscript):
+        text, prec = f"{expr.tensor}[{', '.join(format_expr(a) for a in expr.indices)}]", _ATOM
     elif isinstance(expr, ast.Unary):
         prec = _PREC["neg"] if expr.op == "-" else _PREC["not"]
         inner = format_expr(expr.operand, prec)
@@ -131,6 +133,9 @@ def format_statement(stmt: Any, depth: int = 0) -> list[str]:
     if isinstance(stmt, ast.Role):
         head = f"{pad}Role {stmt.role}" + (f" warps {format_expr(stmt.warps)}" if stmt.warps is not None else "")
         return [head, *_body(stmt.body, depth + 1), f"{pad}end"]
+    if isinstance(stmt, ast.TensorDecl):
+        return [f"{pad}Tensor {stmt.name} shape [{', '.join(format_expr(e) for e in stmt.shape)}] dtype {stmt.dtype} "
+                f"fill {format_expr(stmt.low)} to {format_expr(stmt.high)}" + (" sorted" if stmt.sorted else "")]
     if isinstance(stmt, ast.SYNC_TYPES):
         stage = f" stage {format_expr(stmt.stage)}" if stmt.stage is not None else ""
         return [f"{pad}{type(stmt).__name__} {stmt.buffer}{stage}"]

@@ -13,7 +13,7 @@ from flashgen.variant import DType
 @dataclass
 class Sym:
     name: str
-    kind: str  # builtin | param | loop | let | tensor
+    kind: str  # builtin | param | loop | let | tensor | input (a call-time tensor: a Tensor line, alibi_slopes)
     loc: ast.Loc | None = None
     level: ast.Level | None = None
     dtype: DType | None = None
@@ -25,6 +25,7 @@ class Sym:
     written_in_loop: bool = False
     probe: tuple[Any, Any] = (None, None)  # values under the two probe assignments
     stages: int | None = None  # a staged shared buffer (Hopper dataflow): its ring's depth
+    fixed_dims: tuple[int, ...] = ()  # a call-time tensor: per axis the number its dim is given as, 0 for a size
 
 
 @dataclass

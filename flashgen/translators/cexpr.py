@@ -58,11 +58,23 @@ class NameInfo:
     value: int | float | None = None  # known at translation time: folded
     nonneg: bool = False
     positive: bool = False
+    below: str | None = None  # the C of a size it is known to be below (the batch index: `batch`), for tensor reads
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """How a call-time tensor `T[i, ...]` reads in C: its element type, the C of each dim's size, and the read of the
+    element at C indices already clamped into the dims."""
+
+    ctype: CType
+    dims: tuple[str, ...]
+    read: Callable[[list[str]], str]
 
 
 @dataclass
 class CEnv:
     names: dict[str, NameInfo] = field(default_factory=dict)
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)
     fast_math: bool = False  # __expf/__logf instead of expf/logf
     translator: str = "CUDA"  # for messages: "the sm_80 translator"
     undefined_hint: Callable[[str], str] | None = None  # extra words for an unknown name
@@ -87,6 +99,10 @@ def evaluate(expr: Any, values: dict[str, Any]) -> Any:
     if isinstance(expr, ast.Binary):
         with np.errstate(all="ignore"):
             return operators.BINARY[expr.op].array(evaluate(expr.left, values), evaluate(expr.right, values))
+    if isinstance(expr, ast.Subscript):
+        if expr.tensor not in values:
+            raise KeyError(expr.tensor)
+        return operators.read_clamped(values[expr.tensor], [evaluate(a, values) for a in expr.indices])
     if isinstance(expr, ast.Call):
         args = [evaluate(a, values) for a in expr.args]
         with np.errstate(all="ignore"):
@@ -121,6 +137,7 @@ class _C:
     value: int | float | bool | None = None  # a folded constant
     nonneg: bool = False
     positive: bool = False
+    below: str | None = None  # NameInfo.below of a plain name
 
     def at(self, prec: int) -> str:
         return self.text if self.prec >= prec else f"({self.text})"
@@ -187,7 +204,43 @@ class _Compiler:
             return self.binary(e)
         if isinstance(e, ast.Call):
             return self.call(e)
+        if isinstance(e, ast.Subscript):
+            return self.subscript(e)
         raise CExprError(f"not an expression: {type(e).__name__}", e)
+
+    def subscript(self, e: ast.Subscript) -> _C:
+        """`T[i, ...]`: each index clamped into [0, dim - 1] (flashgen.operators.read_clamped), unless it is known to
+        be inside (a non-negative constant below a numeric dim, the batch index for a dim of B, ...)."""
+        info = self.env.tensors.get(e.tensor)
+        if info is None:
+            raise CExprError(f"tensor '{e.tensor}' cannot be read in this expression by the {self.env.translator} "
+                             "translator (a call-time tensor: a Tensor line, or alibi_slopes of an ALiBi program)", e)
+        if len(e.indices) != len(info.dims):
+            raise CExprError(f"'{e.tensor}' has {len(info.dims)} dims; the index gives {len(e.indices)}", e)
+        texts = []
+        for item, dim in zip(e.indices, info.dims):
+            i = self.compile(item)
+            if i.ctype != "int":
+                raise CExprError(f"an index of '{e.tensor}' is {'a condition' if i.ctype == 'bool' else 'a float'}: "
+                                 "indices are integers (use // for integer division)", item)
+            texts.append(self.clamp(i, dim))
+        return _C(info.read(texts), _P_ATOM, info.ctype)
+
+    @staticmethod
+    def clamp(i: _C, dim: str) -> str:
+        fixed = int(dim) if dim.isdigit() else None
+        if i.value is not None:
+            v = int(i.value)
+            if fixed is not None:
+                return str(min(max(v, 0), fixed - 1))
+            return "0" if v <= 0 else f"min({v}, {dim} - 1)"
+        if fixed == 1:
+            return "0"
+        if i.below == dim and i.nonneg:
+            return i.at(_P_ATOM)
+        top = str(fixed - 1) if fixed is not None else f"{dim} - 1"
+        low = i.text if i.nonneg else f"max({i.text}, 0)"
+        return f"min({low}, {top})"
 
     def name(self, e: ast.Name) -> _C:
         info = self.env.names.get(e.id)
@@ -200,7 +253,7 @@ class _Compiler:
         if info.value is not None:
             return _literal(info.value, info.ctype)
         assert info.c is not None
-        return _C(info.c, _P_ATOM, info.ctype, None, info.nonneg or info.positive, info.positive)
+        return _C(info.c, _P_ATOM, info.ctype, None, info.nonneg or info.positive, info.positive, info.below)
 
     def unary(self, e: ast.Unary) -> _C:
         a = self.compile(e.operand)
@@ -366,6 +419,8 @@ def substitute(expr: Any, mapping: dict[str, Any]) -> Any:
                           loc=expr.loc)
     if isinstance(expr, ast.Call):
         return ast.Call(func=expr.func, args=[substitute(a, mapping) for a in expr.args], loc=expr.loc)
+    if isinstance(expr, ast.Subscript):
+        return ast.Subscript(tensor=expr.tensor, indices=[substitute(a, mapping) for a in expr.indices], loc=expr.loc)
     return expr
 
 
@@ -497,6 +552,8 @@ def to_poly(expr: Any, subst: dict[str, Poly] | None = None, hook: Callable[[Pol
             rebuilt = ast.Binary(op=e.op, left=from_poly(go(e.left)), right=from_poly(go(e.right)), loc=e.loc)
         elif isinstance(e, ast.Call):
             rebuilt = ast.Call(func=e.func, args=[from_poly(go(a)) for a in e.args], loc=e.loc)
+        elif isinstance(e, ast.Subscript):  # a tensor read: an atom, never folded (its value comes at call time)
+            return Poly.atom(ast.Subscript(tensor=e.tensor, indices=[from_poly(go(a)) for a in e.indices], loc=e.loc))
         else:
             raise TypeError(type(e).__name__)
         if not any(isinstance(n, ast.Name) and n.id not in ast.CONSTANTS for n in ast.walk_expr(rebuilt)):

@@ -52,6 +52,7 @@ from flashgen.translators.cexpr import (
     CExprError,
     NameInfo,
     Poly,
+    TensorInfo,
     UnsupportedConstruct,
     compile_expr,
     evaluate,
@@ -61,12 +62,15 @@ from flashgen.translators.cexpr import (
     to_poly,
 )
 from flashgen.translators.plan import (
+    SIZE_C,
     KernelPlan,
     Normalization,
     NormKind,
     Prologue,
     ScoreMod,
+    alibi_slope_c,
     expression_names,
+    mod_tensor_c,
     tile_fields,
 )
 from flashgen.variant import Norm, Shape
@@ -259,9 +263,8 @@ class _Lowering:
         self.variant = prog.variant
         decl = prog.target
         assert decl is not None
-        if decl.head_dim not in self.backend.head_dims:
-            raise self.fail(decl, f"head_dim {decl.head_dim} is not supported by the {self.arch} translator "
-                                  f"(supported: {', '.join(map(str, self.backend.head_dims))})")
+        if (problem := self.backend.head_dim_problem(decl.head_dim)) is not None:
+            raise self.fail(decl, problem)
         if decl.accum.value != "fp32":
             raise self.fail(decl, f"accum {decl.accum.value} is not supported by the {self.arch} translator "
                                   "(supported: fp32)")
@@ -840,8 +843,8 @@ class _Lowering:
         def invariant(e: Any) -> bool:
             return _names(e) <= invariant_names
 
-        def trivial(e: Any) -> bool:
-            return isinstance(e, ast.Name) or not _names(e)
+        def trivial(e: Any) -> bool:  # a name or a constant (a tensor read is neither: it is read once per block)
+            return isinstance(e, ast.Name) or not (_names(e) or ast.tensors_read(e))
 
         def rebuild(e: Any) -> Any:
             if isinstance(e, ast.Call):
@@ -940,7 +943,8 @@ class _Lowering:
             return None, "false"
         texts, tile_tests = [], []
         for c, stmt in kept:
-            texts.append(self.compile(from_poly(to_poly(c, hook=_diag_hook), self.is_float), "score", stmt))
+            element = self.hoist_reads(from_poly(to_poly(c, hook=_diag_hook), self.is_float))
+            texts.append(self.compile(element, "score", stmt))
             tile_tests.append(self.tile_violation(c, stmt))
         visible = " && ".join(f"({t})" if len(kept) > 1 and ("||" in t or "?" in t) else t for t in texts)
         if any(t is None for t in tile_tests):
@@ -948,6 +952,24 @@ class _Lowering:
             return visible, "true"
         mask_tile = " || ".join(f"({t})" if len(tile_tests) > 1 else t for t in tile_tests)  # type: ignore[misc]
         return visible, mask_tile
+
+    def hoist_reads(self, expr: Any) -> Any:
+        """Tensor reads at block-invariant indices (`LEN[b]`) -> prologue constants (read once per block, not per
+        element)."""
+        invariant = self.invariant_names()
+
+        def go(e: Any) -> Any:
+            if isinstance(e, ast.Subscript) and _names(e) <= invariant:
+                return self.prologue_name(e)
+            if isinstance(e, ast.Unary):
+                return ast.Unary(op=e.op, operand=go(e.operand), loc=e.loc)
+            if isinstance(e, ast.Binary):
+                return ast.Binary(op=e.op, left=go(e.left), right=go(e.right), loc=e.loc)
+            if isinstance(e, ast.Call):
+                return ast.Call(func=e.func, args=[go(a) for a in e.args], loc=e.loc)
+            return e
+
+        return go(expr)
 
     def as_le_zero(self, c: Any) -> Poly | None:
         """cond as `L <= 0` over integers, or None when it is not a comparison of integers."""
@@ -1019,7 +1041,7 @@ class _Lowering:
         constant = worst.const_value()
         worst = worst.add(Poly.const(constant), -1)
         test = _bin(">", from_poly(_diag_hook(worst)), _num(-constant))
-        return self.compile(test, "tile", stmt)
+        return self.compile(self.hoist_reads(test), "tile", stmt)
 
     # ------------------------------------------------------------------ key-tile range
     def tile_range(self, loop: ast.ForLoop) -> tuple[str, str]:
@@ -1152,7 +1174,7 @@ class _Lowering:
             "D": NameInfo(value=self.head_dim, positive=True), "KV_GROUP": NameInfo(value=self.variant.kv_group),
             "diag": NameInfo("diag"), "BLOCK_M": NameInfo("BLOCK_M", positive=True),
             "BLOCK_N": NameInfo("BLOCK_N", positive=True),
-            self.grid["head"]: NameInfo("head", **pos),
+            self.grid["head"]: NameInfo("head", **pos, below="heads"),
         }
         for k, v in self.params.items():
             if k not in names:
@@ -1164,14 +1186,15 @@ class _Lowering:
         for side in ("window_left", "window_right"):  # the two-sided window's bounded sides: constants, as window
             if (bound := getattr(self.variant, side)) is not None:
                 names[side] = NameInfo(value=int(bound))
-        if context in ("score", "prologue") and "batch" in self.grid:  # the batch index: `b` in every kernel's C
-            names.setdefault(self.grid["batch"], NameInfo("b", **pos))
+        if "batch" in self.grid:  # the batch index: `b` in every kernel's C (mask_tile reads it through LEN[b])
+            names.setdefault(self.grid["batch"], NameInfo("b", **pos, below="batch"))
         if context in ("score", "tile"):
             names[self.grid["m"]] = NameInfo("m_block", **pos)
             names["m_block"] = NameInfo("m_block", **pos)
         if context == "score":
             names.update({SCORE: NameInfo("s", "float"), "s": NameInfo("s", "float"),
                           "q_idx": NameInfo("qpos", **pos), "k_idx": NameInfo("kpos", **pos)})
+        if context in ("score", "tile"):  # the prologue is computed before the tile range and every tile's test
             for p in getattr(self, "prologue", []):
                 names[p.name] = NameInfo(p.name, p.ctype)
         if context == "tile":
@@ -1196,7 +1219,21 @@ class _Lowering:
                 return f"{name} is a tensor; steps on the scores may read only the scores, positions and sizes"
             return "known: q_idx, k_idx, B, H, N, M, D, KV_GROUP, the head index, params, constants"
 
-        return CEnv(names=names, fast_math=self.fast_math, translator=self.arch, undefined_hint=hint)
+        return CEnv(names=names, tensors=self.tensor_infos(), fast_math=self.fast_math, translator=self.arch,
+                    undefined_hint=hint)
+
+    def tensor_infos(self) -> dict[str, TensorInfo]:
+        """The call-time tensors in C: each `Tensor` line's slot of FlashgenAttnParams.mod_tensors, and in an ALiBi
+        program `alibi_slopes` (the caller's or the standard slopes, plan.alibi_slope_c)."""
+        infos: dict[str, TensorInfo] = {}
+        for slot, decl in enumerate(self.program.tensor_decls):
+            dims = tuple(SIZE_C.get(d.id, str(self.head_dim)) if isinstance(d, ast.Name) else str(d.value)
+                         for d in decl.shape)
+            infos[decl.name] = TensorInfo("int" if decl.dtype == "int32" else "float", dims,
+                                          lambda idx, slot=slot, dtype=decl.dtype: mod_tensor_c(slot, dtype, idx))
+        if self.variant.alibi:
+            infos[ast.ALIBI_SLOPES] = TensorInfo("float", ("batch", "heads"), lambda idx: alibi_slope_c(*idx))
+        return infos
 
     def validate(self, stmt: Any, expr: Any, context: str) -> None:
         """Compile the original (located) expression once so errors name the TL line and construct."""
@@ -1292,14 +1329,24 @@ def translate(program: ast.Program, target: Any, *, name: str | None = None, fas
               backend: str | None = None) -> Translation:
     """Full TL program -> CUDA source + KernelManifest (+ the plan and notes). `backend` names a code path other
     than the target's own choice (flashgen.translators.backends)."""
+    from flashgen.abi import MAX_MOD_TENSORS
+    from flashgen.tl_spec.tensors import spec_of
     from flashgen.translators.render import render
 
+    decls = program.tensor_decls
+    if len(decls) > MAX_MOD_TENSORS:
+        raise UnsupportedConstruct(f"line {_line(decls[MAX_MOD_TENSORS])}: {len(decls)} Tensor lines; a kernel takes "
+                                   f"at most {MAX_MOD_TENSORS} call-time tensors (FlashgenAttnParams.mod_tensors)")
     plan, notes = lower(program, target, name=name, fast_math=fast_math, backend=backend)
     try:
         source, manifest = render(plan)
     except UsageError as exc:
         raise UnsupportedConstruct(f"{exc}") from None
-    if not computes_declared_variant(program):
+    try:
+        manifest.mod_tensors = [spec_of(d).text for d in decls]  # slot i of FlashgenAttnParams.mod_tensors
+    except ValueError as exc:
+        raise UnsupportedConstruct(f"line {_line(decls[0])}: {' '.join(str(exc).split())}") from None
+    if decls or not computes_declared_variant(program):  # what call-time tensors mean only the TL says
         manifest.reference_tl = format_program(program)
         notes.append("the TL computes something its Variant line does not describe: the kernel is verified "
                      "against the TL's own fp64 interpretation")

@@ -5,7 +5,9 @@ Sources, in order: a tuned file (the user's, `flashgen.paths.config_dir()/tuned/
 --write` after a timed search on that GPU, then the packaged flashgen/translators/tuned/<gpu>.json; keyed by dtype,
 variant and head dim); the target's backend's `measured` table
 (values from manual sweeps on a GPU, keyed by arch, dtype, head dim and launch order); its `defaults`
-(spill-checked starting points, keyed by dtype and head dim); GROUP_HEADS (the launch order) follows
+(spill-checked starting points, keyed by dtype and head dim), both at the native head dims (plan.NATIVE_HEAD_DIMS)
+and a few others whose budget the native entry exceeds: any other head dim takes the entry of the nearest native one
+at or above it; GROUP_HEADS (the launch order) follows
 `default_group_heads` where a source is silent; otherwise a small model: candidates that fit the target's per-block
 shared memory and an estimated 255-register budget, scored by tensor-core work per shared-memory byte read (the
 mma.sync path is bound by ldmatrix traffic), by resident blocks per SM (the target's shared memory per SM), and by
@@ -24,7 +26,7 @@ from flashgen.errors import UsageError
 from flashgen.targets import Target, resolve_target
 from flashgen.translators.backends import Backend, backend_for, get_backend
 from flashgen.translators.backends.base import tiles_bytes
-from flashgen.translators.plan import default_group_heads, launch_order
+from flashgen.translators.plan import default_group_heads, launch_order, native_head_dim, padded_head_dim
 from flashgen.variant import DType, Variant
 
 TUNED_DIR = Path(__file__).parent / "tuned"
@@ -44,7 +46,7 @@ def estimate_registers(block_m: int, block_n: int, warps: int, head_dim: int, q_
     rows = block_m // warps
     acc_o = rows * head_dim // 32
     acc_s = rows * block_n // 32
-    q_frag = rows * head_dim * (4 if itemsize == 4 else 2) // 4 // 32 if q_in_regs else 0
+    q_frag = rows * padded_head_dim(head_dim, itemsize) * (4 if itemsize == 4 else 2) // 4 // 32 if q_in_regs else 0
     return acc_o + acc_s + q_frag + _REG_OVERHEAD
 
 
@@ -229,12 +231,17 @@ def choose_params_with_source(variant: Variant, target: Target | str, dtype: DTy
                                 detail=f"{where} [{tuned_key(dtype, variant, head_dim)}]: {entry.geomean_ms:.4g} ms "
                                        f"geomean on {entry.gpu or gpu}, {entry.date}")
     order = launch_order(variant)
-    for source, table, key in (("measured", backend.measured, (arch, dtype.value, head_dim, order)),
-                               ("defaults", backend.defaults, (dtype.value, head_dim))):
-        found = table.get(key)
-        if found is not None and fits(found):
-            return ParamsChoice(params=_with_schedule(found, variant), source=source,  # type: ignore[arg-type]
-                                detail=_table_detail(backend, source.upper(), key))
+    # The tables hold the native head dims, and a few others where the native entry does not fit their budget
+    # (checked with ptxas); any other head dim takes the entry of the nearest native one at or above it.
+    native = native_head_dim(head_dim)
+    for d in dict.fromkeys((head_dim, native)):
+        borrowed = "" if d == head_dim else f" (d{head_dim} takes the nearest native head dim at or above it)"
+        for source, table, key in (("measured", backend.measured, (arch, dtype.value, d, order)),
+                                   ("defaults", backend.defaults, (dtype.value, d))):
+            found = table.get(key)
+            if found is not None and fits(found):
+                return ParamsChoice(params=_with_schedule(found, variant), source=source,  # type: ignore[arg-type]
+                                    detail=_table_detail(backend, source.upper(), key) + borrowed)
     return ParamsChoice(params=_with_schedule(model_params(target, dtype, head_dim), variant), source="model",
                         detail=f"flashgen.translators.params.model_params({arch}, {dtype.value}, d{head_dim})")
 

@@ -25,6 +25,8 @@ Names visible to expressions (all `int` unless said otherwise):
   m_block    query tile index (rows m_block*BLOCK_M ..);  n_block: key tile index (tile-range
              expressions and `mask_tile` only)
   BLOCK_M, BLOCK_N    the tile sizes (compile-time constants)
+  p          the kernel's FlashgenAttnParams: the caller's ALiBi slopes and call-time tensors are read through it
+             (`alibi_slope_c`, `mod_tensor_c`; the only member reads an expression makes)
   plus every name a `Prologue` entry defines (computed once per thread block, before the loop).
 """
 
@@ -39,21 +41,42 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from flashgen.errors import UsageError
 from flashgen.operators import FUNCTIONS
 from flashgen.targets import Target
-from flashgen.variant import DType, Norm, Variant
+from flashgen.variant import DType, Norm, Variant, head_dim_problem
 
 Arch = Literal["sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
 ARCHES: tuple[str, ...] = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
-#: the head dims the kernel skeleton implements (a backend's `head_dims` default; the one literal list)
-SUPPORTED_HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 256)
+#: the head dims the tile tables (backends' `measured` and `defaults`) were measured or spill-checked at; any other
+#: supported head dim (flashgen.variant.SUPPORTED_HEAD_DIMS, a backend's `head_dims` default) takes the entry of
+#: `native_head_dim`, the nearest of these at or above it
+NATIVE_HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 256)
+#: bytes of a row one tensor-core k-step reads: m16n8k16 and wgmma k16 on 16-bit elements, m16n8k8 on tf32
+MMA_K_BYTES = 32
+
+
+def native_head_dim(head_dim: int) -> int:
+    """The native head dim whose tile parameters `head_dim` takes: the nearest at or above it (its tiles hold as
+    many columns or more, so they fit the registers and shared memory that `head_dim` needs)."""
+    return min(d for d in NATIVE_HEAD_DIMS if d >= head_dim)
+
+
+def padded_head_dim(head_dim: int, itemsize: int) -> int:
+    """Columns of the Q, K and V tiles in shared memory for elements of `itemsize` bytes there: D rounded up to the
+    tensor cores' k-step (16 for 16-bit, 8 for tf32), the extra columns zero (written by the tile loaders or, on the
+    sm90 path, by TMA past the tensor map's D columns), so that Q K^T over them adds nothing."""
+    k = MMA_K_BYTES // itemsize
+    return -(-head_dim // k) * k
 
 EXPR_NAMES = frozenset({
     "s", "qpos", "kpos", "diag", "head", "heads", "kv_head", "seqlen_q", "seqlen_k", "batch", "b",
-    "m_block", "n_block", "BLOCK_M", "BLOCK_N",
+    "m_block", "n_block", "BLOCK_M", "BLOCK_N", "p",
 })
+#: the C of each size a call-time tensor's dim may name (flashgen.abi.MOD_TENSOR_SIZES; D is the kernel's constant)
+SIZE_C = {"B": "batch", "H": "heads", "KVH": "p.kv_heads", "N": "seqlen_q", "M": "seqlen_k"}
 # C functions and keywords an expression may call or contain besides names.
 C_BUILTINS = frozenset({
     "fmaxf", "fminf", "fabsf", "expf", "exp2f", "__expf", "__exp2f", "logf", "log2f", "__logf", "tanhf",
-    "sqrtf", "rsqrtf", "min", "max", "abs", "float", "int", "true", "false", "INFINITY",
+    "sqrtf", "rsqrtf", "min", "max", "abs", "float", "int", "true", "false", "INFINITY", "static_cast", "const",
+    "nullptr",
 }) | {part for f in FUNCTIONS.values() if f.c_float for name in f.c_float for part in name.split("::")}
 
 
@@ -110,7 +133,7 @@ class KernelPlan(BaseModel):
                            "the plan is checked against")
     backend: str = Field(description="the code path that renders it (flashgen.translators.backends: sm75, sm80)")
     dtype: DType = Field(description="element type of Q, K, V and O")
-    head_dim: int = Field(description="D, one of SUPPORTED_HEAD_DIMS")
+    head_dim: int = Field(description="D, one of SUPPORTED_HEAD_DIMS (multiples of 8 in 8..256)")
     block_m: int = Field(description="query rows per thread block (16 * warps * rows-tiles-per-warp)")
     block_n: int = Field(description="keys per inner-loop tile (multiple of 16)")
     warps: int = Field(ge=1, le=16, description="warps per block, each owning block_m / warps query rows")
@@ -139,8 +162,8 @@ class KernelPlan(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> KernelPlan:
-        if self.head_dim not in SUPPORTED_HEAD_DIMS:
-            raise ValueError(f"head_dim {self.head_dim} unsupported; supported: {SUPPORTED_HEAD_DIMS}")
+        if (problem := head_dim_problem(self.head_dim)) is not None:
+            raise ValueError(problem)
         if self.block_n % 16 or self.block_m % (16 * self.warps):
             raise ValueError(f"block_m={self.block_m} must be a multiple of 16*warps={16 * self.warps} "
                              f"and block_n={self.block_n} a multiple of 16")
@@ -159,11 +182,11 @@ class KernelPlan(BaseModel):
         return 32 * self.warps
 
 
-_IDENT = re.compile(r"[A-Za-z_]\w*")
+_IDENT = re.compile(r"(?<![.\w])[A-Za-z_]\w*")  # not a member name (p.alibi_slopes reads `p`)
 
 
 def expression_names(expr: str) -> set[str]:
-    """Identifiers an expression uses, minus float-literal suffixes (1.0f) and builtins."""
+    """Identifiers an expression uses, minus float-literal suffixes (1.0f), member names and builtins."""
     stripped = re.sub(r"(?<![\w.])\d+\.?\d*(?:[eE][-+]?\d+)?[fF]?", " ", expr)
     return {n for n in _IDENT.findall(stripped) if n not in C_BUILTINS}
 
@@ -188,6 +211,24 @@ def _cfloat(x: float) -> str:
     return f"{float(x)!r}f".replace("inff", "INFINITY")
 
 
+# --- the C of what a kernel reads through FlashgenAttnParams besides Q, K, V (the ABI's alibi_slopes, mod_tensors) ---
+
+def alibi_slope_c(b: str, h: str) -> str:
+    """C float: the ALiBi slope of batch `b`, head `h` (C ints, in range): the caller's (FlashgenAttnParams.alibi_slopes,
+    FlashAttention's (H) or (B, H) slopes) or, where the caller gives none (a null pointer), the standard
+    2^(-8 (h + 1) / H). A per-block constant: it goes into the plan's prologue, so every backend reads it alike."""
+    return (f"(p.alibi_slopes != nullptr ? p.alibi_slopes[{b} * p.alibi_stride_b + {h}] "
+            f": exp2f(-8.0f * (float)({h} + 1) / (float)heads))")
+
+
+def mod_tensor_c(slot: int, dtype: str, indices: list[str]) -> str:
+    """C: element `indices` (C ints, already clamped into the dims) of call-time tensor `slot`
+    (FlashgenAttnParams.mod_tensors, its element strides mod_strides[slot]), int for int32, float for fp32."""
+    ctype = "int" if dtype == "int32" else "float"
+    offset = " + ".join(f"{i} * p.mod_strides[{slot}][{axis}]" for axis, i in enumerate(indices))
+    return f"static_cast<const {ctype}*>(p.mod_tensors[{slot}])[{offset}]"
+
+
 # --- the rule-based construction of the variant-specific pieces (reusable by lower.py) ---
 
 def score_mods_for(variant: Variant) -> tuple[list[ScoreMod], list[Prologue]]:
@@ -198,7 +239,7 @@ def score_mods_for(variant: Variant) -> tuple[list[ScoreMod], list[Prologue]]:
         tanh = FUNCTIONS["tanh"].c_float[0]
         mods.append(ScoreMod(name="softcap", expr=f"{_cfloat(c)} * {tanh}(s * {_cfloat(1.0 / c)})", uses_positions=False))
     if variant.alibi:
-        prologue.append(Prologue(ctype="float", name="alibi_slope", expr="exp2f(-8.0f * (float)(head + 1) / (float)heads)"))
+        prologue.append(Prologue(ctype="float", name="alibi_slope", expr=alibi_slope_c("b", "head")))
         mods.append(ScoreMod(name="alibi", expr="s - alibi_slope * fabsf((float)(qpos + diag - kpos))",
                              uses_positions=True))
     return mods, prologue

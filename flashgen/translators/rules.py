@@ -31,9 +31,8 @@ def plan_for_variant(variant: Variant, target: Target | str, dtype: DType, head_
     if not path.supports(target) or not path.accepts(variant, dtype):
         raise UsageError(f"the {path.name} path does not translate {variant.name} {dtype.value} for {target.name}")
     backend = path
-    if head_dim not in backend.head_dims:
-        raise UsageError(f"head dim {head_dim} is not supported by the CUDA translator; "
-                         f"supported: {', '.join(map(str, backend.head_dims))}")
+    if (problem := backend.head_dim_problem(head_dim)) is not None:
+        raise UsageError(problem)
     if params is None:
         params = choose_params(variant, target, dtype, head_dim, tuned=False, backend=backend.name)
     mods, prologue = score_mods_for(variant)

@@ -86,7 +86,8 @@ __device__ void fg_attend_row(const FlashgenAttnParams& p, int b, int h, int i, 
     s = FG_SOFTCAP * tanhf(s / FG_SOFTCAP);
 #endif
 #if FG_ALIBI
-    s -= exp2f(-8.f * (h + 1) / p.heads) * fabsf((float)(qpos - j));
+    s -= (p.alibi_slopes ? p.alibi_slopes[b * p.alibi_stride_b + h] : exp2f(-8.f * (h + 1) / p.heads))
+         * fabsf((float)(qpos - j));
 #endif
     s = FG_SCORE_HOOK(s);
 #if FG_NORM == 0

@@ -22,8 +22,8 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from flashgen.targets import TARGETS, Target, gencode_flags
-from flashgen.translators.plan import SUPPORTED_HEAD_DIMS, KernelPlan, NormKind
-from flashgen.variant import DType
+from flashgen.translators.plan import KernelPlan, NormKind, padded_head_dim
+from flashgen.variant import SUPPORTED_HEAD_DIMS, DType, head_dim_problem
 
 BACKENDS_DIR = Path(__file__).resolve().parent
 TRANSLATORS_DIR = BACKENDS_DIR.parent
@@ -45,8 +45,9 @@ def tile_bytes(rows: int, cols: int, itemsize: int) -> int:
 
 
 def tiles_bytes(block_m: int, block_n: int, head_dim: int, itemsize: int, stages: int = 1) -> int:
-    """Q's tile plus `stages` K and V tiles each."""
-    return tile_bytes(block_m, head_dim, itemsize) + 2 * stages * tile_bytes(block_n, head_dim, itemsize)
+    """Q's tile plus `stages` K and V tiles each, padded_head_dim columns wide (the skeleton's D_PAD)."""
+    cols = padded_head_dim(head_dim, itemsize)
+    return tile_bytes(block_m, cols, itemsize) + 2 * stages * tile_bytes(block_n, cols, itemsize)
 
 
 class SearchSpace(BaseModel):
@@ -124,6 +125,12 @@ class Backend:
         """Why this path translates for `target` (meta.json's code_path): by default, it is the target's only one."""
         return f"the {self.name} path is the translator's path for {target.arch}"
 
+    def head_dim_problem(self, head_dim: int) -> str | None:
+        """Why this path does not take `head_dim` (one sentence), or None when it does."""
+        if head_dim in self.head_dims:
+            return None
+        return head_dim_problem(head_dim) or f"head dim {head_dim} is not supported by the {self.name} path"
+
     def validate(self, plan: KernelPlan) -> None:
         """Raise UsageError for a plan this path cannot render (beyond stages and shared memory)."""
 
@@ -177,7 +184,7 @@ class Backend:
         q = str(plan.q_in_regs).lower()
         if plan.dtype is DType.fp32:
             return f"fg::warp::attn_mma_tf32<MT, D, BLOCK_N, {q}, BLOCK_M>"
-        return f"fg::warp::attn_mma16<T, MT, D, BLOCK_N, {q}, BLOCK_M>"
+        return f"fg::warp::attn_mma16<T, MT, D, D_PAD, BLOCK_N, {q}, BLOCK_M>"
 
     def packed_p(self, plan: KernelPlan) -> bool:
         """P packed to 16 bits straight after the exponentials (fp32/tf32 keeps fp32 P)."""
@@ -186,7 +193,8 @@ class Backend:
     def context(self, plan: KernelPlan) -> dict:
         """The template variables this backend provides."""
         return dict(ctype=_CTYPE[plan.dtype], arch_header=self.arch_header, warp_mma=self.warp_mma(plan),
-                    packed_p=self.packed_p(plan))
+                    packed_p=self.packed_p(plan),
+                    d_pad=padded_head_dim(plan.head_dim, self.smem_itemsize(plan.target, plan.dtype)))
 
     def notes(self, plan: KernelPlan) -> str:
         """KernelManifest.notes: how the dtype is handled."""

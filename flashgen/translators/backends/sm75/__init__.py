@@ -52,15 +52,16 @@ class Sm75Backend(Backend):
 
     def early_words(self, plan: KernelPlan) -> int:
         """16-byte words per thread a scaled tile loader keeps in flight across the GEMMs (the rest of the tile is
-        read inside land()). Chosen spill-free with ptxas for sm_75: d256's O accumulator leaves no room."""
-        return 0 if plan.head_dim >= 256 else 4
+        read inside land()). Chosen spill-free with ptxas for sm_75 at every head dim: from d240 up the O accumulator
+        (D/2 registers a thread at 16 rows a warp) leaves no room (d240 and d248 causal bf16 spill with 4)."""
+        return 0 if plan.head_dim >= 240 else 4
 
     def template(self, plan: KernelPlan) -> str:
         return "sm75/attention_fwd_scaled.cu.j2" if self.scaled(plan) else super().template(plan)
 
     def warp_mma(self, plan: KernelPlan) -> str:
         if self.scaled(plan):
-            return f"fg::warp::attn_mma16<fg::f16, MT, D, BLOCK_N, {str(plan.q_in_regs).lower()}, BLOCK_M>"
+            return f"fg::warp::attn_mma16<fg::f16, MT, D, D_PAD, BLOCK_N, {str(plan.q_in_regs).lower()}, BLOCK_M>"
         return super().warp_mma(plan)
 
     def packed_p(self, plan: KernelPlan) -> bool:

@@ -45,6 +45,11 @@ class Sm80Backend(Backend):
         ("fp32", 96): _P(64, 32, 4, 0),
         ("fp32", 128): _P(64, 32, 4, 0),
         ("fp32", 256): _P(64, 16, 4, 0),
+        # head dims between the native ones take the entry at or above them (params.choose_params), except where
+        # ptxas spilled with it: fp32 at 104..120 and 200..248, whose tiles are no whole number of loader rows a
+        # thread; 8 warps of 16 rows give each thread fewer chunks to address (spill-free for sm_80)
+        **{("fp32", d): _P(128, 32, 8, 0) for d in (104, 112, 120)},
+        **{("fp32", d): _P(128, 16, 8, 0) for d in range(200, 256, 8)},
     }
 
     #: the shared memory per SM the occupancy model counts at most (sm_80's 164 KB; see model_smem_per_sm)

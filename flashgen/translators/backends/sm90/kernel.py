@@ -15,9 +15,9 @@ import jinja2
 
 from flashgen.abi import KernelManifest, Launch, TensorMapSpec
 from flashgen.errors import UsageError
-from flashgen.translators.backends.sm90.wgmma import wrappers
 from flashgen.translators.backends.headers import inline_headers
-from flashgen.translators.plan import KernelPlan, NormKind
+from flashgen.translators.backends.sm90.wgmma import wrappers
+from flashgen.translators.plan import KernelPlan, NormKind, padded_head_dim
 from flashgen.variant import DType
 
 HERE = Path(__file__).parent
@@ -42,25 +42,34 @@ def chunks(head_dim: int) -> int:
     return -(-head_dim // 64)
 
 
-def smem_bytes(plan: KernelPlan, o_via_tma: bool | None = None) -> int:
-    """Q, STAGES x (K, V), O's staging tile when O leaves through TMA (`o_via_tma`, default: as the plan renders),
-    the barriers (Q full and empty; per stage K and V full and empty), and slack to align the tiles to 1024 bytes."""
-    if o_via_tma is None:
-        o_via_tma = schedule(plan)["o_via_tma"]
-    row = chunks(plan.head_dim) * 64 * plan.dtype.itemsize
-    o_rows = plan.block_m if o_via_tma else 0
-    return (plan.block_m + 2 * plan.stages * plan.block_n + o_rows) * row + 8 * (2 + 4 * plan.stages) + 1024
+def smem_bytes(plan: KernelPlan, o_stage_chunks: int | None = None) -> int:
+    """Q, STAGES x (K, V), O's staging tile when O leaves through TMA (`o_stage_chunks` of its 64-column chunks at
+    a time, 0: stored from registers; default: as the plan renders), the barriers (Q full and empty; per stage K
+    and V full and empty), and slack to align the tiles to 1024 bytes."""
+    if o_stage_chunks is None:
+        o_stage_chunks = schedule(plan)["o_stage_chunks"]
+    chunk = 64 * plan.dtype.itemsize  # bytes of one row's 64-column chunk
+    rows = plan.block_m + 2 * plan.stages * plan.block_n
+    return rows * chunks(plan.head_dim) * chunk + plan.block_m * o_stage_chunks * chunk + 8 * (2 + 4 * plan.stages) + 1024
 
 
 def schedule(plan: KernelPlan) -> dict:
-    """The template's switches. o_via_tma: O is staged in shared memory (laid out as Q) and written by TMA stores
-    wherever that tile fits beside Q and the stages; elsewhere (d128 128x176, d256 128x80) the consumers store it
-    from registers. Measured on the H200 (NOTES.md, session 5): +18 % at causal d128 N = 512, +11 % at 1k, +2-4 %
-    at d64, within noise at 16k."""
-    options = dict(o_via_tma=True)
+    """The template's switches. o_via_tma: O is staged in shared memory (laid out as Q's chunks) and written by TMA
+    stores, `o_stage_chunks` 64-column chunks at a time: all of them where they fit beside Q and the stages, else
+    as many as fit (o_chunked; each group's store has read the staging tile before the next group is written);
+    where not even one fits (d256 128x80), the consumers store O from registers. Measured on the H200 (NOTES.md):
+    session 5, +18 % at causal d128 N = 512, +11 % at 1k, +2-4 % at d64, within noise at 16k; session 6, causal
+    d256 128x64 two chunks at a time +28 % at N = 512 over the same tile from registers."""
+    options = dict(o_via_tma=True, o_stage_chunks=chunks(plan.head_dim), o_chunked=True)
     options.update(_SCHEDULE_OVERRIDES)
-    if options["o_via_tma"] and smem_bytes(plan, True) > plan.target.smem_per_block_bytes:
-        options["o_via_tma"] = False
+    fits = [c for c in range(options["o_stage_chunks"], 0, -1)
+            if (c == chunks(plan.head_dim) or options["o_chunked"])
+            and smem_bytes(plan, c) <= plan.target.smem_per_block_bytes]
+    if not options["o_via_tma"] or not fits:
+        options.update(o_via_tma=False, o_stage_chunks=0)
+    else:
+        options["o_stage_chunks"] = fits[0]
+    del options["o_chunked"]
     return options
 
 
@@ -87,8 +96,9 @@ def validate(plan: KernelPlan) -> None:
                          f"warpgroup, 2..{CONSUMERS_MAX} of them")
     if plan.block_n % 16 or not 16 <= plan.block_n <= 256:
         raise UsageError(f"{plan.name}: BLOCK_N={plan.block_n}: a multiple of 16 in 16..256 (wgmma N)")
-    if plan.head_dim % 16:
-        raise UsageError(f"{plan.name}: head dim {plan.head_dim}: the sm90 path takes multiples of 16")
+    # Every supported head dim (KernelPlan checks it: a multiple of 8) works here: P V is one wgmma with N = D, which
+    # takes any multiple of 8 up to 256, and Q K^T's k-steps of 16 run on over the zero columns TMA fills past D
+    # (the tensor maps' inner dimension is D).
     if plan.variant.split_kv:
         raise UsageError(f"{plan.name}: split-KV decode runs on the sm80 path")
 
@@ -107,7 +117,8 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
     options = schedule(plan)
     context = dict(
         **options, plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
-        chunks=chunks(plan.head_dim), producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers],
+        chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
+        producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers],
         reverse_m=plan.variant.causal, softmax=softmax, raw_scores=softmax and not plan.score_mods,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.head_dim,)),
     )
@@ -115,7 +126,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
     manifest = KernelManifest(
         name=plan.name, arch=plan.target.feature_arch or "sm_90a", dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
         launches=[Launch(kernel=plan.name, grid=(grid_x(plan), "1", "1"), threads=threads(plan),
-                         smem_bytes=smem_bytes(plan, options["o_via_tma"]))],
+                         smem_bytes=smem_bytes(plan, options["o_stage_chunks"]))],
         # every tile parameter of the plan, as the other paths record them: Q_IN_REGS is the tile table's 1, which
         # this path ignores (wgmma reads Q from shared memory), recorded so that the record matches the table's
         # choice and meta.json can say where the parameters came from

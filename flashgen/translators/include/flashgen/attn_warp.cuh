@@ -2,6 +2,8 @@
 // (rows row0 .. row0 + 16*MT), all BN keys of the current key tile and all D output columns.
 //   qk: S[MT][BN/8] (+)= Q[rows, :] K[tile, :]^T       (K is stored [key][d]: the "col" operand as is)
 //   pv: O[MT][D/8] += P V[tile, :]                       (P = the S accumulator, kept in registers)
+// The shared tiles are DP >= D columns wide, DP a multiple of the k-step: the columns past D are zeros (the tile
+// loaders write them), so Q K^T runs over all DP columns and P V over the D real ones only.
 #pragma once
 #include "flashgen/mma.cuh"
 
@@ -10,11 +12,12 @@ namespace warp {
 
 // fp16 / bf16: ldmatrix.x4 fragments, m16n8k16 (two m16n8k8 on Turing). P goes from C-fragment to
 // A-fragment layout in registers: the accumulator pair (g, 2t..2t+1) is exactly A's (g, 2t..2t+1).
-template <typename T, int MT, int D, int BN, bool Q_IN_REGS, int QROWS>
+template <typename T, int MT, int D, int DP, int BN, bool Q_IN_REGS, int QROWS>
 struct attn_mma16 {
-  using QL = st_layout<QROWS, D, 2>;
-  using KL = st_layout<BN, D, 2>;
-  static constexpr int KSTEPS = D / 16;
+  static_assert(D % 8 == 0 && DP % 16 == 0 && D <= DP && DP < D + 16, "D_PAD: D rounded up to the k-step (16)");
+  using QL = st_layout<QROWS, DP, 2>;
+  using KL = st_layout<BN, DP, 2>;
+  static constexpr int KSTEPS = DP / 16;
   uint32_t q[Q_IN_REGS ? MT : 1][Q_IN_REGS ? KSTEPS : 1][4];
 
   __device__ __forceinline__ static void load_q_frag(uint32_t (&a)[4], const T* sQ, int row0, int kk, int lane) {
@@ -79,6 +82,12 @@ struct attn_mma16 {
           mma_16816<T>(o[mt][2 * dp], p16[mt][kk], b[0], b[1]);
           mma_16816<T>(o[mt][2 * dp + 1], p16[mt][kk], b[2], b[3]);
         }
+      }
+      if constexpr (D % 16 != 0) {  // the last 8 columns alone: the padding columns are never multiplied
+        uint32_t b[2];
+        ldsm_x2_trans(b, sV + KL::chunk_offset(kk * 16 + (mi & 1) * 8 + (lane & 7), D / 8 - 1));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) mma_16816<T>(o[mt][D / 8 - 1], p16[mt][kk], b[0], b[1]);
       }
     }
   }

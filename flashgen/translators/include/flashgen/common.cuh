@@ -35,13 +35,15 @@ __device__ __forceinline__ float exp2_approx(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-// tanh(x) = 1 - 2 / (2^(2 x log2 e) + 1): one EX2 and one RCP instead of tanhf's polynomial and branches (softcap
-// runs it on every score). Absolute error ~1e-7 (relative error grows near 0, where tanh is ~x and a score function
-// multiplies it back by its cap: the score moves by ~cap * 1e-7); 2^(+inf) = inf gives 1, 2^(-inf) = 0 gives -1.
+// tanh(x) on the SFU's own MUFU.TANH (tanh.approx.f32, sm_75 and later): one SFU operation per score where
+// 1 - 2 / (2^(2x log2 e) + 1) took two (EX2, RCP) and tanhf a polynomial with branches. Softcap runs it on every
+// score beside the softmax's EX2, and the SFU bounded it: +32-37 % on the H200 (NOTES.md, session 6). Maximum
+// relative error ~1.1e-5 (about 16.5 bits, measured over all floats by N. Juffa, NVIDIA developer forums): a
+// softcap of 30 moves a score by at most ~3.3e-4, below half an fp16 ulp of the output; +-inf give +-1.
 __device__ __forceinline__ float tanh_fast(float x) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(exp2_approx(2.8853900817779268f * x) + 1.0f));
-  return fmaf(-2.0f, r, 1.0f);
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
@@ -50,8 +52,10 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
 
 // Shared tile layout, ROWS x COLS elements of ELEM_BYTES, addressed in 16-byte chunks.
 // When a row holds a multiple of 8 chunks (128 bytes), chunk c of row r lives at c ^ (r & 7): the 8 rows an
-// ldmatrix phase reads (same logical chunk) land in 8 distinct bank groups. Otherwise (D = 96 in 16-bit) the
-// row is padded by one chunk, giving an odd chunk stride, which is conflict-free for the same reason.
+// ldmatrix phase reads (same logical chunk) land in 8 distinct bank groups. Otherwise (D = 96, or a tile padded
+// to 48, 80, 112, ... columns in 16-bit) the row is padded by one chunk: every head dim's row is an even number of
+// chunks (D_PAD a multiple of 16 in 16-bit, D of 8 in fp32), so the chunk stride is odd, conflict-free for the same
+// reason.
 template <int ROWS, int COLS, int ELEM_BYTES>
 struct st_layout {
   static constexpr int CHUNK_ELEMS = 16 / ELEM_BYTES;

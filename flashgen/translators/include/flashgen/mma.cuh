@@ -16,6 +16,11 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* smem
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(smem_row)));
 }
+// Two transposed 8x8 b16 matrices; lanes 0..15 give the row addresses (matrix l/8, row l%8), the others are unused.
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t (&r)[2], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(smem_u32(smem_row)));
+}
 
 // d += a (16x16, row) * b (16x8, col), fp32 accumulate. Turing has no m16n8k16: two m16n8k8 over the
 // k halves use the same registers (a0,a1 | b0 cover k 0..7; a2,a3 | b1 cover k 8..15).

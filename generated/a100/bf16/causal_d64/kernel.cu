@@ -48,13 +48,15 @@ __device__ __forceinline__ float exp2_approx(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-// tanh(x) = 1 - 2 / (2^(2 x log2 e) + 1): one EX2 and one RCP instead of tanhf's polynomial and branches (softcap
-// runs it on every score). Absolute error ~1e-7 (relative error grows near 0, where tanh is ~x and a score function
-// multiplies it back by its cap: the score moves by ~cap * 1e-7); 2^(+inf) = inf gives 1, 2^(-inf) = 0 gives -1.
+// tanh(x) on the SFU's own MUFU.TANH (tanh.approx.f32, sm_75 and later): one SFU operation per score where
+// 1 - 2 / (2^(2x log2 e) + 1) took two (EX2, RCP) and tanhf a polynomial with branches. Softcap runs it on every
+// score beside the softmax's EX2, and the SFU bounded it: +32-37 % on the H200 (NOTES.md, session 6). Maximum
+// relative error ~1.1e-5 (about 16.5 bits, measured over all floats by N. Juffa, NVIDIA developer forums): a
+// softcap of 30 moves a score by at most ~3.3e-4, below half an fp16 ulp of the output; +-inf give +-1.
 __device__ __forceinline__ float tanh_fast(float x) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(exp2_approx(2.8853900817779268f * x) + 1.0f));
-  return fmaf(-2.0f, r, 1.0f);
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
@@ -63,8 +65,10 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
 
 // Shared tile layout, ROWS x COLS elements of ELEM_BYTES, addressed in 16-byte chunks.
 // When a row holds a multiple of 8 chunks (128 bytes), chunk c of row r lives at c ^ (r & 7): the 8 rows an
-// ldmatrix phase reads (same logical chunk) land in 8 distinct bank groups. Otherwise (D = 96 in 16-bit) the
-// row is padded by one chunk, giving an odd chunk stride, which is conflict-free for the same reason.
+// ldmatrix phase reads (same logical chunk) land in 8 distinct bank groups. Otherwise (D = 96, or a tile padded
+// to 48, 80, 112, ... columns in 16-bit) the row is padded by one chunk: every head dim's row is an even number of
+// chunks (D_PAD a multiple of 16 in 16-bit, D of 8 in fp32), so the chunk stride is odd, conflict-free for the same
+// reason.
 template <int ROWS, int COLS, int ELEM_BYTES>
 struct st_layout {
   static constexpr int CHUNK_ELEMS = 16 / ELEM_BYTES;
@@ -145,12 +149,17 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
 
-// ROWS x COLS tile of T (row stride in elements, last dim contiguous) into an st_layout tile.
-template <int ROWS, int COLS, typename T, int THREADS>
+// ROWS x COLS tile of T (row stride in elements, last dim contiguous) into an st_layout tile TILE_COLS wide: the
+// chunks past column COLS (the tensor cores' k-step padding, flashgen.translators.plan.padded_head_dim) are
+// zero-filled like rows past the end, and nothing past column COLS - 1 is read.
+template <int ROWS, int COLS, int TILE_COLS, typename T, int THREADS>
 struct tile_loader {
-  using L = st_layout<ROWS, COLS, sizeof(T)>;
+  using L = st_layout<ROWS, TILE_COLS, sizeof(T)>;
   static constexpr int TOTAL = ROWS * L::CHUNKS;
   static constexpr int ITERS = (TOTAL + THREADS - 1) / THREADS;
+  static_assert(COLS % L::CHUNK_ELEMS == 0 && COLS <= TILE_COLS, "whole 16-byte chunks, inside the tile");
+  // the chunks of a row read from global (the rest are zeros); constant true where the tile is not padded
+  __device__ __forceinline__ static bool data_chunk(int chunk) { return COLS == TILE_COLS || chunk < COLS / L::CHUNK_ELEMS; }
 
   // A thread copies chunk (tid % CHUNKS) of rows tid / CHUNKS + i * ROW_STEP: one base address and one
   // row step per thread, so the addresses of a tile cost two registers however many chunks a thread moves.
@@ -160,13 +169,14 @@ struct tile_loader {
   __device__ __forceinline__ void issue(T* smem, const T* gmem, long long row_stride, int rows_valid, int tid) {
     if constexpr (REGULAR) {
       const int row0 = tid / L::CHUNKS, chunk = tid % L::CHUNKS;
+      const bool data = data_chunk(chunk);
       const T* src = gmem + row0 * row_stride + chunk * L::CHUNK_ELEMS;
       const long long step = ROW_STEP * row_stride;
 #pragma unroll
       for (int i = 0; i < ITERS; ++i) {
         const int row = row0 + i * ROW_STEP;
-        // a row past the end reads nothing (source size 0: the chunk is zero-filled), whatever its address
-        cp_async_16(smem + L::chunk_offset(row, chunk), src + i * step, row < rows_valid);
+        // a row past the end or a padding chunk reads nothing (source size 0: zero-filled), whatever its address
+        cp_async_16(smem + L::chunk_offset(row, chunk), src + i * step, data && row < rows_valid);
       }
     } else {
 #pragma unroll
@@ -174,7 +184,7 @@ struct tile_loader {
         const int idx = tid + i * THREADS;
         if (TOTAL % THREADS == 0 || idx < TOTAL) {
           const int row = idx / L::CHUNKS, chunk = idx % L::CHUNKS;
-          const bool valid = row < rows_valid;
+          const bool valid = row < rows_valid && data_chunk(chunk);
           const T* src = gmem + (valid ? row * row_stride + chunk * L::CHUNK_ELEMS : 0);
           cp_async_16(smem + L::chunk_offset(row, chunk), src, valid);
         }
@@ -205,6 +215,11 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* smem_row) 
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* smem_row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(smem_row)));
+}
+// Two transposed 8x8 b16 matrices; lanes 0..15 give the row addresses (matrix l/8, row l%8), the others are unused.
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t (&r)[2], const void* smem_row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(smem_u32(smem_row)));
 }
 
 // d += a (16x16, row) * b (16x8, col), fp32 accumulate. Turing has no m16n8k16: two m16n8k8 over the
@@ -261,17 +276,20 @@ __device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)
 // (rows row0 .. row0 + 16*MT), all BN keys of the current key tile and all D output columns.
 //   qk: S[MT][BN/8] (+)= Q[rows, :] K[tile, :]^T       (K is stored [key][d]: the "col" operand as is)
 //   pv: O[MT][D/8] += P V[tile, :]                       (P = the S accumulator, kept in registers)
+// The shared tiles are DP >= D columns wide, DP a multiple of the k-step: the columns past D are zeros (the tile
+// loaders write them), so Q K^T runs over all DP columns and P V over the D real ones only.
 
 namespace fg {
 namespace warp {
 
 // fp16 / bf16: ldmatrix.x4 fragments, m16n8k16 (two m16n8k8 on Turing). P goes from C-fragment to
 // A-fragment layout in registers: the accumulator pair (g, 2t..2t+1) is exactly A's (g, 2t..2t+1).
-template <typename T, int MT, int D, int BN, bool Q_IN_REGS, int QROWS>
+template <typename T, int MT, int D, int DP, int BN, bool Q_IN_REGS, int QROWS>
 struct attn_mma16 {
-  using QL = st_layout<QROWS, D, 2>;
-  using KL = st_layout<BN, D, 2>;
-  static constexpr int KSTEPS = D / 16;
+  static_assert(D % 8 == 0 && DP % 16 == 0 && D <= DP && DP < D + 16, "D_PAD: D rounded up to the k-step (16)");
+  using QL = st_layout<QROWS, DP, 2>;
+  using KL = st_layout<BN, DP, 2>;
+  static constexpr int KSTEPS = DP / 16;
   uint32_t q[Q_IN_REGS ? MT : 1][Q_IN_REGS ? KSTEPS : 1][4];
 
   __device__ __forceinline__ static void load_q_frag(uint32_t (&a)[4], const T* sQ, int row0, int kk, int lane) {
@@ -336,6 +354,12 @@ struct attn_mma16 {
           mma_16816<T>(o[mt][2 * dp], p16[mt][kk], b[0], b[1]);
           mma_16816<T>(o[mt][2 * dp + 1], p16[mt][kk], b[2], b[3]);
         }
+      }
+      if constexpr (D % 16 != 0) {  // the last 8 columns alone: the padding columns are never multiplied
+        uint32_t b[2];
+        ldsm_x2_trans(b, sV + KL::chunk_offset(kk * 16 + (mi & 1) * 8 + (lane & 7), D / 8 - 1));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) mma_16816<T>(o[mt][D / 8 - 1], p16[mt][kk], b[0], b[1]);
       }
     }
   }
@@ -437,6 +461,9 @@ struct attn_mma_tf32 {
 namespace fg_attn_fwd_causal_bf16_d64_sm_80_cfg {
 using T = fg::bf16;
 constexpr int D = 64;
+// Q, K and V tile width in shared memory: D rounded up to the tensor cores' k-step; the loaders zero the columns
+// past D (no global read there), so Q K^T over them adds nothing and P V and the O store stop at D.
+constexpr int D_PAD = 64;
 constexpr int BLOCK_M = 128;
 constexpr int BLOCK_N = 64;
 constexpr int WARPS = 4;
@@ -446,9 +473,11 @@ constexpr int MT = BLOCK_M / (16 * WARPS);  // 16-row MMA tiles per warp
 // 2 = each tile's K and V load one whole tile ahead, into the buffers of the tile before.
 constexpr int STAGES = 2;
 constexpr int GROUP_HEADS = 0;
-using QLayout = fg::st_layout<BLOCK_M, D, sizeof(T)>;
-using KLayout = fg::st_layout<BLOCK_N, D, sizeof(T)>;
-using WarpMma = fg::warp::attn_mma16<T, MT, D, BLOCK_N, true, BLOCK_M>;
+using QLayout = fg::st_layout<BLOCK_M, D_PAD, sizeof(T)>;
+using KLayout = fg::st_layout<BLOCK_N, D_PAD, sizeof(T)>;
+using WarpMma = fg::warp::attn_mma16<T, MT, D, D_PAD, BLOCK_N, true, BLOCK_M>;
+static_assert(std::is_same<WarpMma::QL, QLayout>::value && std::is_same<WarpMma::KL, KLayout>::value,
+              "the GEMMs read the tiles the loaders write (D_PAD columns)");
 // Scores stay unscaled until exp2 when nothing else touches them: max is taken on raw q.k and
 // p = exp2(s * scale*log2e - max * scale*log2e) is one FFMA + EX2 per element.
 constexpr bool RAW_SCORES = true;
@@ -480,9 +509,9 @@ extern "C" __global__ void __launch_bounds__(fg_attn_fwd_causal_bf16_d64_sm_80_c
   const float scale_log2 = p.scale * 1.4426950408889634f;
   const float mult = RAW_SCORES ? scale_log2 : 1.0f;  // turns a stored score into log2 units
 
-  fg::block::tile_loader<BLOCK_M, D, T, THREADS> q_loader;
-  fg::block::tile_loader<BLOCK_N, D, T, THREADS> k_loader;
-  fg::block::tile_loader<BLOCK_N, D, T, THREADS> v_loader;
+  fg::block::tile_loader<BLOCK_M, D, D_PAD, T, THREADS> q_loader;
+  fg::block::tile_loader<BLOCK_N, D, D_PAD, T, THREADS> k_loader;
+  fg::block::tile_loader<BLOCK_N, D, D_PAD, T, THREADS> v_loader;
   WarpMma mma;
 
   float acc_o[MT][D / 8][4];
@@ -665,8 +694,9 @@ extern "C" __global__ void __launch_bounds__(fg_attn_fwd_causal_bf16_d64_sm_80_c
   {
     T* o_tile = static_cast<T*>(p.o) + b * p.o_stride_b + head * p.o_stride_h + q_row0 * p.o_stride_n;
     const int rows_valid = seqlen_q - q_row0;
-    for (int idx = tid; idx < BLOCK_M * QLayout::CHUNKS; idx += THREADS) {
-      const int row = idx / QLayout::CHUNKS, chunk = idx % QLayout::CHUNKS;
+    constexpr int O_CHUNKS = D / QLayout::CHUNK_ELEMS;  // O's own columns, not the tile's padding
+    for (int idx = tid; idx < BLOCK_M * O_CHUNKS; idx += THREADS) {
+      const int row = idx / O_CHUNKS, chunk = idx % O_CHUNKS;
       if (row < rows_valid)
         *reinterpret_cast<uint4*>(o_tile + row * p.o_stride_n + chunk * QLayout::CHUNK_ELEMS) =
             *reinterpret_cast<const uint4*>(sQ + QLayout::chunk_offset(row, chunk));

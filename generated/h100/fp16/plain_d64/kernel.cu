@@ -58,13 +58,15 @@ __device__ __forceinline__ float exp2_approx(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-// tanh(x) = 1 - 2 / (2^(2 x log2 e) + 1): one EX2 and one RCP instead of tanhf's polynomial and branches (softcap
-// runs it on every score). Absolute error ~1e-7 (relative error grows near 0, where tanh is ~x and a score function
-// multiplies it back by its cap: the score moves by ~cap * 1e-7); 2^(+inf) = inf gives 1, 2^(-inf) = 0 gives -1.
+// tanh(x) on the SFU's own MUFU.TANH (tanh.approx.f32, sm_75 and later): one SFU operation per score where
+// 1 - 2 / (2^(2x log2 e) + 1) took two (EX2, RCP) and tanhf a polynomial with branches. Softcap runs it on every
+// score beside the softmax's EX2, and the SFU bounded it: +32-37 % on the H200 (NOTES.md, session 6). Maximum
+// relative error ~1.1e-5 (about 16.5 bits, measured over all floats by N. Juffa, NVIDIA developer forums): a
+// softcap of 30 moves a score by at most ~3.3e-4, below half an fp16 ulp of the output; +-inf give +-1.
 __device__ __forceinline__ float tanh_fast(float x) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(exp2_approx(2.8853900817779268f * x) + 1.0f));
-  return fmaf(-2.0f, r, 1.0f);
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
@@ -73,8 +75,10 @@ __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
 
 // Shared tile layout, ROWS x COLS elements of ELEM_BYTES, addressed in 16-byte chunks.
 // When a row holds a multiple of 8 chunks (128 bytes), chunk c of row r lives at c ^ (r & 7): the 8 rows an
-// ldmatrix phase reads (same logical chunk) land in 8 distinct bank groups. Otherwise (D = 96 in 16-bit) the
-// row is padded by one chunk, giving an odd chunk stride, which is conflict-free for the same reason.
+// ldmatrix phase reads (same logical chunk) land in 8 distinct bank groups. Otherwise (D = 96, or a tile padded
+// to 48, 80, 112, ... columns in 16-bit) the row is padded by one chunk: every head dim's row is an even number of
+// chunks (D_PAD a multiple of 16 in 16-bit, D of 8 in fp32), so the chunk stride is odd, conflict-free for the same
+// reason.
 template <int ROWS, int COLS, int ELEM_BYTES>
 struct st_layout {
   static constexpr int CHUNK_ELEMS = 16 / ELEM_BYTES;
@@ -273,7 +277,9 @@ __device__ __forceinline__ void rs_m64n64k16_fp16(float (&d)[32], const uint32_t
 namespace fg_attn_fwd_plain_fp16_d64_sm_90_cfg {
 using T = fg::f16;
 constexpr int D = 64;
+constexpr int D_PAD = 64;  // Q K^T's reduction: D rounded up to wgmma's k (16); TMA zero-fills past D
 constexpr int CHUNKS = 1;              // 64-element (128-byte) column chunks per row: one TMA box each
+constexpr int O_STAGE_CHUNKS = 1;  // of O's CHUNKS staged at a time for the TMA stores
 constexpr int BLOCK_M = 192;
 constexpr int BLOCK_N = 128;
 constexpr int STAGES = 2;
@@ -315,8 +321,8 @@ fg_attn_fwd_plain_fp16_d64_sm_90(const FlashgenAttnParams p, const __grid_consta
   T* sQ = reinterpret_cast<T*>(smem);
   T* sK = sQ + Q_TILE_ELEMS;
   T* sV = sK + STAGES * KV_TILE_ELEMS;
-  T* sO = sV + STAGES * KV_TILE_ELEMS;  // O's staging tile, laid out (and swizzled) as Q's
-  uint64_t* q_full = reinterpret_cast<uint64_t*>(sO + Q_TILE_ELEMS);
+  T* sO = sV + STAGES * KV_TILE_ELEMS;  // O's staging tile: O_STAGE_CHUNKS chunks laid out (and swizzled) as Q's
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(sO + O_STAGE_CHUNKS * Q_CHUNK_ELEMS);
   uint64_t* q_empty = q_full + 1;
   uint64_t* k_full = q_empty + 1;
   uint64_t* v_full = k_full + STAGES;
@@ -410,11 +416,11 @@ fg_attn_fwd_plain_fp16_d64_sm_90(const FlashgenAttnParams p, const __grid_consta
   float rescale[2];  // O's factor for the new running max, applied once the P V in flight has landed
 
   const uint32_t q_addr = fg::smem_u32(sQ) + cw * 64 * 128;  // this warpgroup's 64 rows of every chunk
-  // S = Q K^T of the key tile in stage s: D/16 k-steps; step kk reads chunk kk/4 at byte (kk%4)*32 of each row.
+  // S = Q K^T of the key tile in stage s: D_PAD/16 k-steps; step kk reads chunk kk/4 at byte (kk%4)*32 of each row.
   auto issue_qk = [&](int s) {
     const uint32_t k_addr = fg::smem_u32(sK + s * KV_TILE_ELEMS);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+    for (int kk = 0; kk < D_PAD / 16; ++kk) {
       const uint32_t step = (kk % 4) * 32;
       ss_qk(acc_s, fg::wgmma::desc(q_addr + (kk / 4) * Q_CHUNK_ELEMS * sizeof(T) + step, 16, 1024),
             fg::wgmma::desc(k_addr + (kk / 4) * KV_CHUNK_ELEMS * sizeof(T) + step, 16, 1024), kk > 0);
@@ -571,32 +577,34 @@ fg_attn_fwd_plain_fp16_d64_sm_90(const FlashgenAttnParams p, const __grid_consta
         acc_o[j * 4 + h * 2 + 1] *= inv;
       }
       const int row = q_row0 + row0 + h * 8;
-      if (h == 0) {
-        // This warpgroup's last store has read sO; then its 64 rows go in as Q's tile lies (row r, 16-byte unit
-        // u of a 64-column chunk at unit u ^ (r % 8): a warp's 32 stores hit 32 banks).
-        if (threadIdx.x % 128 == 0) fg::tma::store_wait_read();
-        fg::warpgroup::bar_sync(1 + cw, 128);
-      }
-      {
-        const int r = row0 + h * 8;  // row in the block; r % 8 == g
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j)
-          *reinterpret_cast<uint32_t*>(sO + (j / 8) * Q_CHUNK_ELEMS + r * 64 + (((j % 8) ^ g) * 8) + 2 * t) =
-              fg::pack2<T>(acc_o[j * 4 + h * 2], acc_o[j * 4 + h * 2 + 1]);
-      }
       if (row < seqlen_q) {
         (void)lse;
       }
     }
-    // The copy engine reads sO after the generic-proxy stores are fenced and the whole warpgroup has written;
-    // rows past seqlen_q are clipped by the tensor map.
-    fg::tma::fence_shared_for_async();
-    fg::warpgroup::bar_sync(1 + cw, 128);
-    if (threadIdx.x % 128 == 0) {
+    // O through shared memory, O_STAGE_CHUNKS of its 64-column chunks at a time: once this warpgroup's last store
+    // has read sO, its 64 rows go in as Q's tile lies (row r, 16-byte unit u of a chunk at unit u ^ (r % 8): a
+    // warp's 32 stores hit 32 banks); the copy engine reads them after the generic-proxy stores are fenced and the
+    // whole warpgroup has written. Rows past seqlen_q are clipped by the tensor map.
 #pragma unroll
-      for (int c = 0; c < CHUNKS; ++c)
-        fg::tma::store_4d(&maps.o, sO + c * Q_CHUNK_ELEMS + cw * 64 * 64, c * 64, q_row0 + cw * 64, head, b);
-      fg::tma::store_commit();
+    for (int c0 = 0; c0 < CHUNKS; c0 += O_STAGE_CHUNKS) {
+      if (threadIdx.x % 128 == 0) fg::tma::store_wait_read();
+      fg::warpgroup::bar_sync(1 + cw, 128);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row0 + h * 8;  // row in the block; r % 8 == g
+#pragma unroll
+        for (int j = c0 * 8; j < D / 8 && j < (c0 + O_STAGE_CHUNKS) * 8; ++j)
+          *reinterpret_cast<uint32_t*>(sO + (j / 8 - c0) * Q_CHUNK_ELEMS + r * 64 + (((j % 8) ^ g) * 8) + 2 * t) =
+              fg::pack2<T>(acc_o[j * 4 + h * 2], acc_o[j * 4 + h * 2 + 1]);
+      }
+      fg::tma::fence_shared_for_async();
+      fg::warpgroup::bar_sync(1 + cw, 128);
+      if (threadIdx.x % 128 == 0) {
+#pragma unroll
+        for (int c = c0; c < CHUNKS && c < c0 + O_STAGE_CHUNKS; ++c)
+          fg::tma::store_4d(&maps.o, sO + (c - c0) * Q_CHUNK_ELEMS + cw * 64 * 64, c * 64, q_row0 + cw * 64, head, b);
+        fg::tma::store_commit();
+      }
     }
   }
   if (threadIdx.x % 128 == 0) fg::tma::store_wait_all();  // sO must outlive the copies that read it

@@ -1,6 +1,7 @@
 // Turing block-level loads: no cp.async, so a tile is staged through registers. issue() starts the
 // 16-byte global loads into registers (the caller then computes on the previous tile while they fly);
-// land() writes them into the swizzled shared tile. Rows past the tensor's end are zero.
+// land() writes them into the swizzled shared tile. Rows past the tensor's end are zero, and so are the chunks
+// of a TILE_COLS-wide tile past column COLS (the tensor cores' k-step padding): nothing past column COLS - 1 is read.
 #pragma once
 #define FG_ARCH 75
 #include "flashgen/common.cuh"
@@ -13,11 +14,14 @@ __device__ __forceinline__ float exp2i(int e) { return ldexpf(1.0f, e); }
 
 namespace block {
 
-template <int ROWS, int COLS, typename T, int THREADS>
+template <int ROWS, int COLS, int TILE_COLS, typename T, int THREADS>
 struct tile_loader {
-  using L = st_layout<ROWS, COLS, sizeof(T)>;
+  using L = st_layout<ROWS, TILE_COLS, sizeof(T)>;
   static constexpr int TOTAL = ROWS * L::CHUNKS;
   static constexpr int ITERS = (TOTAL + THREADS - 1) / THREADS;
+  static_assert(COLS % L::CHUNK_ELEMS == 0 && COLS <= TILE_COLS, "whole 16-byte chunks, inside the tile");
+  // the chunks of a row read from global (the rest are zeros); constant true where the tile is not padded
+  __device__ __forceinline__ static bool data_chunk(int chunk) { return COLS == TILE_COLS || chunk < COLS / L::CHUNK_ELEMS; }
   uint4 staged[ITERS];
 
   __device__ __forceinline__ void issue(T*, const T* gmem, long long row_stride, int rows_valid, int tid) {
@@ -26,7 +30,7 @@ struct tile_loader {
       const int idx = tid + i * THREADS;
       const int row = idx / L::CHUNKS, chunk = idx % L::CHUNKS;
       staged[i] = make_uint4(0u, 0u, 0u, 0u);
-      if ((TOTAL % THREADS == 0 || idx < TOTAL) && row < rows_valid)
+      if ((TOTAL % THREADS == 0 || idx < TOTAL) && row < rows_valid && data_chunk(chunk))
         staged[i] = __ldg(reinterpret_cast<const uint4*>(gmem + row * row_stride + chunk * L::CHUNK_ELEMS));
     }
   }
@@ -85,14 +89,18 @@ __device__ __forceinline__ int tile_exponent(float amax) {
   return max(-127, min(113, e));
 }
 
-// A ROWS x COLS tile of TG (bf16 or fp32) in global memory -> fp16 x * 2^-exp in an st_layout<.., 2> tile.
+// A ROWS x COLS tile of TG (bf16 or fp32) in global memory -> fp16 x * 2^-exp in an st_layout<.., 2> tile TILE_COLS
+// wide (zero chunks past column COLS, as tile_loader's; a zero does not move the tile's max).
 // Like tile_loader, issue() only starts the loads; land() (all threads, block-uniform) finds the tile's max
 // |x|, picks exp and converts. NaN is ignored by the max and stays NaN; inf stays inf.
 // At most MAX_EARLY 16-byte words per thread are in flight between issue() and land() (registers held across
 // the caller's GEMMs); the rest of the tile is loaded inside land(), where it costs latency, not registers.
-template <int ROWS, int COLS, typename TG, int THREADS, int MAX_EARLY = 1 << 20>
+template <int ROWS, int COLS, int TILE_COLS, typename TG, int THREADS, int MAX_EARLY = 1 << 20>
 struct scaled_tile_loader {
-  using L = st_layout<ROWS, COLS, 2>;
+  using L = st_layout<ROWS, TILE_COLS, 2>;
+  static_assert(COLS % 8 == 0 && COLS <= TILE_COLS, "whole 8-element chunks, inside the tile");
+  // the chunks of a row read from global (the rest are zeros); constant true where the tile is not padded
+  __device__ __forceinline__ static bool data_chunk(int chunk) { return COLS == TILE_COLS || chunk < COLS / 8; }
   static constexpr int TOTAL = ROWS * L::CHUNKS;
   static constexpr int ITERS = (TOTAL + THREADS - 1) / THREADS;
   static constexpr int WORDS = 8 * sizeof(TG) / 16;  // 16-byte global words per 8-element chunk
@@ -111,7 +119,7 @@ struct scaled_tile_loader {
     const int row = idx / L::CHUNKS, chunk = idx % L::CHUNKS;
 #pragma unroll
     for (int w = 0; w < WORDS; ++w) dst[w] = make_uint4(0u, 0u, 0u, 0u);
-    if ((TOTAL % THREADS == 0 || idx < TOTAL) && row < rows_valid) {
+    if ((TOTAL % THREADS == 0 || idx < TOTAL) && row < rows_valid && data_chunk(chunk)) {
       const uint4* src = reinterpret_cast<const uint4*>(gmem + row * row_stride + chunk * 8);
 #pragma unroll
       for (int w = 0; w < WORDS; ++w) dst[w] = __ldg(src + w);

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The session's measurements on a lent H200, in one call from the repo root (carry [".whl"]):
+#   run(command="FLASHGEN_GIT_COMMIT=<sha> bash benchmarks/h200_measure.sh", carry=[".whl"], timeout_s=600)
+# 1. the Hopper grid (`flashgen bench --suite hopper`: 72 shapes, every kernel verified first, beside cuDNN, FLASH,
+#    EFFICIENT and Flex in the same process)                                      -> hopper.json, hopper.log
+# 2. the variants suite (bf16 d128 4k: window 256, ALiBi, softcap 30, GQA 8:1 beside plain and causal)
+#                                                                                  -> variants.json, variants.log
+# 3. the head-dim suite (non-native head dims beside the native ones they pad to) -> headdims.json, headdims.log
+# 4. nvcc throughput against the 16 cores (benchmarks/library_scaling.py --nvcc: K = 64 real compiles one at a time,
+#    then on 16 spawned processes, as the library job's build pool runs them, and on 16 threads of one process)
+#                                                                                  -> scaling.json, scaling.log
+# Each step runs under a timeout cut from one deadline (MEASURE_BUDGET_S, default 580 s), a failing step does not
+# stop the next, and everything lands in $OUT/measure.tgz (the device returns at most 8 files).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site:$PWD || { echo "wheel install from .whl/ failed"; exit 1; }
+export PYTHONUNBUFFERED=1 FLASHGEN_HOME=${FLASHGEN_HOME:-/tmp/flashgen-home} OPENBLAS_NUM_THREADS=1
+OUT=${OUT:-/tmp/flashgen-out}
+W=/tmp/measure
+mkdir -p "$OUT" "$W"
+BUDGET=${MEASURE_BUDGET_S:-580}
+# a step's limit: its own cap, never more than what is left minus what the later steps need
+cap() { local want=$1 reserve=$2 avail; avail=$(( BUDGET - SECONDS - reserve )); (( avail < want )) && want=$avail; (( want < 5 )) && want=5; echo "$want"; }
+{ echo "# commit ${FLASHGEN_GIT_COMMIT:-unknown}, $(date -u +%FT%TZ), $(nproc) cpus"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
+  nvcc --version | tail -1; } | tee "$W/env.txt"
+FG="python3 -m flashgen.cli"
+timeout -k 10 "$(cap 240 260)" $FG bench --suite hopper --gpu h200 --min-time 0.1 --out "$W/hopper.json" > "$W/hopper.log" 2>&1
+echo "[$SECONDS s] hopper grid: exit $?"; tail -5 "$W/hopper.log"
+timeout -k 10 "$(cap 90 170)" $FG bench --suite variants --gpu h200 --min-time 0.1 --out "$W/variants.json" > "$W/variants.log" 2>&1
+echo "[$SECONDS s] variants: exit $?"; tail -12 "$W/variants.log"
+timeout -k 10 "$(cap 90 120)" $FG bench --suite headdims --gpu h200 --min-time 0.1 --out "$W/headdims.json" > "$W/headdims.log" 2>&1
+echo "[$SECONDS s] head dims: exit $?"; tail -16 "$W/headdims.log"
+timeout -k 10 "$(cap 200 10)" python3 benchmarks/library_scaling.py --skip-library --nvcc --nvcc-workers process,thread \
+  --out "$W/scaling.json" > "$W/scaling.log" 2>&1
+echo "[$SECONDS s] nvcc scaling: exit $?"; grep "^nvcc" "$W/scaling.log"
+tar czf "$OUT/measure.tgz" -C "$W" .
