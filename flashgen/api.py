@@ -387,8 +387,11 @@ def build(tl: str | Path, gpu: str, dtype: str, *, out: str | Path | None = None
         hint = result.resume.get("how", f"--resume {result.run_id} continues it").replace("--out DIR", where)
         raise FlashgenError(f"no kernel: {result.reason} (run {result.run_id}; {hint}){partial}")
     best = result.best
+    from flashgen.agent.summary import summarize
+
+    summary = summarize(result, files.meta, out_dir, files.written, env.gpu_name() if best.verification.ran else None)
     return Kernel(tl=best.tl, sketch=best.sketch, source=best.cuda, manifest=best.manifest, report=files.report,
-                  meta=files.meta, out_dir=out_dir, run_id=result.run_id)
+                  meta=files.meta, out_dir=out_dir, run_id=result.run_id, summary=summary)
 
 
 def _computes_something_else(program) -> bool:

@@ -80,32 +80,21 @@ def register(app: typer.Typer) -> None:
                                max_iters=max_iters, goal_speedup=goal, name=file, env=env, progress=progress)
             except Interrupted as exc:  # recorded by the loop; typer would swallow a KeyboardInterrupt's message
                 raise Stopped(str(exc), exc.signal_name) from None
-        ver = kernel.meta.get("verification", {})
-        roof = kernel.meta.get("roofline")
-        timing = kernel.meta.get("timings") or {}
         reference = "tl" if kernel.manifest.reference_tl else "variant"
-        ran_on = "gpu" if ver.get("ran") else COMPILED_AND_ESTIMATED
+        ran_on = "gpu" if kernel.meta.get("verification", {}).get("ran") else COMPILED_AND_ESTIMATED
         if as_json:
             import json
 
             typer.echo(json.dumps({"run_id": kernel.run_id, "out": str(out), "kernel": kernel.manifest.name,
                                    "verified": kernel.verified, "reference": reference, "ran_on": ran_on,
-                                   "meta": kernel.meta}, sort_keys=True))
+                                   "meta": kernel.meta, "summary": kernel.summary.model_dump(mode="json")},
+                                  sort_keys=True))
             return
-        against = ("its own fp64 interpretation" if reference == "tl" else f"the {kernel.manifest.variant.name} "
-                   "variant's fp64 reference")
-        result_console.print(styled(("built", "bold green"), f" {file} -> {out}/  (run {kernel.run_id})"))
-        if ver.get("ran"):
-            line = f"verified on the GPU against {against}"
-            if timing.get("time_ms") is not None:
-                best = min(timing.get("baselines_ms", {}).items(), key=lambda kv: kv[1], default=None)
-                line += f"; {timing['time_ms']:.4g} ms at {timing.get('shape', '')}"
-                if best is not None:
-                    line += f" ({best[1] / timing['time_ms']:.2f}x {best[0]})"
+        from flashgen.agent.summary import summary_lines, summary_row
+
+        # the same end as generate's (flashgen.agent.summary), and what the program was verified against
+        for line in summary_lines(kernel.summary, command="build"):
             result_console.print(line)
-            return
-        bound = (f"; roofline lower bound at {roof['shape']}: {roof['time_s'] * 1e3:.3g} ms ({roof['bound']}-bound)"
-                 if roof else "")
-        result_console.print(styled((COMPILED_AND_ESTIMATED, "yellow"), f": no GPU here, so the kernel was not run; "
-                                    f"the program was checked on the CPU against {against} and the CUDA compiled "
-                                    f"for {kernel.manifest.arch}{bound}"))
+        result_console.print(summary_row("program", f"{file} -> {out}/: verified against " + (
+            "its own fp64 interpretation (it computes what no variant describes)" if reference == "tl" else
+            f"the {kernel.manifest.variant.name} variant's fp64 reference (its Variant line)")))

@@ -73,14 +73,19 @@ def test_cli_builds_a_users_tl_and_records_the_run(tmp_path):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["generation"]["provider"] == "user" and meta["generation"]["status"] == "done"
     assert meta["roofline"]["time_s"] > 0
-    last = done.stdout.strip().splitlines()[-1]
+    # generate's summary (flashgen.agent.summary) under build's name, then what the program was verified against
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == f"flashgen build: done ({meta['generation']['reason']})", lines[0]
+    verified = next(line for line in lines if line.startswith("verified"))
     if _has_gpu():
         assert meta["verification"]["ran"] and meta["verification"]["ok"]
-        assert last.startswith("verified on the GPU against its own fp64 interpretation")
+        assert verified.split()[1] == "yes,"
     else:
         assert meta["verification"]["ran"] is False
-        assert last.startswith("compiled and estimated: no GPU here")
-    assert f"{EXAMPLE} -> {out}/" in done.stdout
+        assert "no: compiled and estimated, no GPU" in verified
+    assert lines[-1].startswith("program") and f"{EXAMPLE} -> {out}/: verified against its own fp64 interpretation" \
+        in lines[-1]
+    assert any(line.startswith("files") and f"{out}/" in line for line in lines)
 
     # the run is in the store, as a generate run with the user's provider and the program as its reference
     runs = Store(home).runs()
@@ -88,7 +93,7 @@ def test_cli_builds_a_users_tl_and_records_the_run(tmp_path):
     meta_run = runs[0].meta
     assert meta_run["provider"]["name"] == "user" and meta_run["provider"]["file"] == str(EXAMPLE)
     assert meta_run["loop"]["reference_tl"] == EXAMPLE.read_text()
-    assert f"(run {runs[0].id})" in done.stdout
+    assert any(line.split()[:2] == ["run", f"{runs[0].id}:"] for line in lines)
     listed = flashgen("runs", "list", "--json", home=home, cwd=tmp_path)
     assert listed.returncode == 0 and [r["id"] for r in json.loads(listed.stdout)] == [runs[0].id]
     shown = flashgen("runs", "show", str(runs[0].id), home=home, cwd=tmp_path)

@@ -116,9 +116,10 @@ def _estimate(roof: dict[str, Any] | None) -> str | None:
 # ------------------------------------------------------------------------------------------------ the terminal
 
 
-def summary_lines(s: GenerateSummary) -> list[Text]:
-    """The summary as the lines the CLI prints (plain text with styles; no markup read)."""
-    lines = [Text.assemble((f"flashgen generate: {s.status}", "bold"), f" ({s.reason})"),
+def summary_lines(s: GenerateSummary, command: str = "generate") -> list[Text]:
+    """The summary as the lines the CLI prints (plain text with styles; no markup read); `command`: the flashgen
+    command whose end it is (generate, build)."""
+    lines = [Text.assemble((f"flashgen {command}: {s.status}", "bold"), f" ({s.reason})"),
              _line("run", f"{s.run_id}: {s.model_calls} model calls to {s.provider}"),
              _line("kernel", f"{s.kernel} for {s.target}"),
              _line("verified", *_verified(s))]
@@ -131,13 +132,18 @@ def summary_lines(s: GenerateSummary) -> list[Text]:
     return lines
 
 
-def summary_text(s: GenerateSummary) -> str:
+def summary_text(s: GenerateSummary, command: str = "generate") -> str:
     """The summary as plain text (what a log of the CLI shows)."""
-    return "\n".join(line.plain for line in summary_lines(s))
+    return "\n".join(line.plain for line in summary_lines(s, command))
 
 
 def _line(label: str, *parts: str | tuple[str, str]) -> Text:
     return Text.assemble((label.ljust(LABEL_WIDTH), "dim"), *parts)
+
+
+def summary_row(label: str, text: str) -> Text:
+    """One more line in the summary's layout (a command's own, after summary_lines)."""
+    return _line(label, text)
 
 
 def _verified(s: GenerateSummary) -> list[str | tuple[str, str]]:
