@@ -187,6 +187,15 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
             from flashgen.agent.expert import ExpertProvider
 
             return ExpertProvider(env)
+        from flashgen.agent.user import USER, UserProgramProvider
+
+        if info.get("name") == USER:  # a `flashgen build` run: the user's program (recorded), then its model if any
+            if "program" not in info:
+                raise UsageError(f"run {resume} is a `flashgen build` run recorded without its program (an older "
+                                 f"record): build {info.get('file', 'the file')} again, or resume with --provider")
+            then = provider_from(info["then"]) if info.get("then") else None
+            return UserProgramProvider(info["program"], info.get("file", "<tl>"), env=env, then=then,
+                                       custom=bool(info.get("custom")))
         fields = {"timeout_s": info.get("request_timeout_s"),
                   "max_attempts": None if info.get("retries") is None else info["retries"] + 1}
         retry = RetryPolicy(**{k: v for k, v in fields.items() if v is not None})
@@ -367,7 +376,8 @@ def build(tl: str | Path, gpu: str, dtype: str, *, out: str | Path | None = None
     if len(text) > config.max_reply_chars:
         raise UsageError(f"{label}: {len(text)} characters, over the {config.max_reply_chars} a program may have")
     user = UserProgramProvider(text, label, env=env, then=then, custom=custom)
-    info = {"name": USER, "model": None, "file": label, "then": then_info}
+    # the program itself is recorded, so that `flashgen generate --resume N` can go on with it
+    info = {"name": USER, "model": None, "file": label, "then": then_info, "program": text, "custom": custom}
     if out is not None:
         check_out_dir(out)
     out_dir = Path(out) if out is not None else None

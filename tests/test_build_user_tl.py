@@ -175,6 +175,24 @@ def test_bad_input_is_one_line_and_non_zero(args, message, tmp_path):
 TAIL_BUG = ("range(cdiv(N, BLOCK_M))", "range(N // BLOCK_M)")
 
 
+def test_a_build_run_resumes_with_its_recorded_program(tmp_path):
+    """`flashgen generate --resume N` of a build run goes on with the user's program (recorded with the run), not
+    with an unknown provider 'user'; a finished one writes its files again."""
+    home = tmp_path / "home"
+    out = tmp_path / "built"
+    done = flashgen("build", str(EXAMPLE), "--gpu", "a100", "--dtype", "fp16", "--out", str(out), home=home,
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (run,) = Store(home).runs()
+    assert run.meta["provider"]["program"] == EXAMPLE.read_text() and run.meta["provider"]["custom"] is True
+    again = tmp_path / "again"
+    resumed = flashgen("generate", "--resume", str(run.id), "--out", str(again), home=home, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "unknown provider" not in resumed.stderr and "Traceback" not in resumed.stderr + resumed.stdout
+    assert (again / "kernel.cu").read_text() == (out / "kernel.cu").read_text()
+    assert f"run {run.id} had already ended" in resumed.stderr
+
+
 def test_a_program_wrong_on_the_cpu_fails_in_one_line_and_is_recorded(tmp_path):
     home = tmp_path / "home"
     bad = tmp_path / "tail.tl"
