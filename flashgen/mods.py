@@ -177,13 +177,7 @@ def parse_tensor_option(text: str) -> tuple[str, str]:
 
 
 def tensors_from_options(texts: list[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for text in texts or []:
-        name, spec = parse_tensor_option(text)
-        if name in out:
-            raise UsageError(f"--tensor {name}: given twice")
-        out[name] = spec
-    return out
+    return _named_options(texts, parse_tensor_option, "--tensor")
 
 
 def _check_tensor(name: Any, spec: Any, flag: str) -> ModTensor:
@@ -230,11 +224,16 @@ def parse_param_option(text: str) -> tuple[str, int | float]:
 
 
 def params_from_options(texts: list[str] | None) -> dict[str, int | float]:
-    out: dict[str, int | float] = {}
+    return _named_options(texts, parse_param_option, "--param")
+
+
+def _named_options(texts: list[str] | None, parse, flag: str) -> dict:
+    """A repeated NAME=... option's values by name, each name once."""
+    out: dict = {}
     for text in texts or []:
-        name, value = parse_param_option(text)
+        name, value = parse(text)
         if name in out:
-            raise UsageError(f"--param {name}: given twice")
+            raise UsageError(f"{flag} {name}: given twice")
         out[name] = value
     return out
 

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -33,6 +30,7 @@ from flashgen.tl_spec.tensors import fill, fill_all, sizes_of
 from flashgen.translators import translate
 from flashgen.translators.plan import alibi_slope_c
 from flashgen.variant import DType, Shape, Variant, alibi_slope, default_scale
+from tests.cli_cases import assert_one_line_exit_2
 
 LEN_MODS = make_mods(mask_mod="k_idx < LEN[b]", tensors={"LEN": "int32[B]:0..M"})
 DOC_MODS = make_mods(score_mod="s + 0.25 * cos(k_idx)", mask_mod="DOC[q_idx] == DOC[k_idx]",
@@ -443,25 +441,7 @@ BAD = [
 
 
 def test_bad_tensor_options_exit_2_with_one_line_before_any_model_call(tmp_path):
-    code = ("import json, sys\nfrom flashgen.cli import main\n"
-            "for args in json.loads(sys.argv[1]):\n"
-            "    sys.stderr.write('@@case\\n'); sys.stderr.flush()\n"
-            "    try:\n"
-            "        main(['generate', '--gpu', 'a100', '--out', 'o', *args]); rc = 0\n"
-            "    except SystemExit as exc:\n"
-            "        rc = exc.code\n"
-            "    sys.stderr.flush(); sys.stderr.write(f'@@rc {rc}\\n'); sys.stderr.flush()\n")
-    env = {**os.environ, "FLASHGEN_HOME": str(tmp_path / "home")}
-    done = subprocess.run([sys.executable, "-c", code, json.dumps([args for args, _ in BAD])], capture_output=True,
-                          text=True, timeout=300, env=env, cwd=tmp_path)
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    cases = done.stderr.split("@@case\n")[1:]
-    assert len(cases) == len(BAD)
-    for (args, want), case in zip(BAD, cases, strict=True):
-        text, _, rc = case.rpartition("@@rc ")
-        lines = [line for line in text.splitlines() if line.strip()]
-        assert rc.strip() == "2" and len(lines) == 1 and lines[0].startswith(want), (args, rc, text)
-    assert not (tmp_path / "o").exists() and not (tmp_path / "home").exists()
+    assert_one_line_exit_2(BAD, tmp_path)
 
 
 def test_the_api_writes_the_tensors_into_the_tl_manifest_and_meta(tmp_path):

@@ -24,6 +24,7 @@ from flashgen.tl_spec.interpreter import interpret
 from flashgen.translators import translate
 from flashgen.translators.cexpr import CEnv, NameInfo, compile_expr, evaluate
 from flashgen.variant import DType, Norm, Shape, Variant
+from tests.cli_cases import assert_one_line_exit_2
 
 SCORE = "s + 0.25 * cos(k_idx)"
 DOC_MASK = "(q_idx // DOC) == (k_idx // DOC)"
@@ -208,27 +209,9 @@ BAD = [
 
 
 def test_bad_expressions_exit_2_with_one_line_before_any_model_call(tmp_path):
-    # one process runs every case through flashgen.cli.main, as `flashgen generate ...` does; stderr is split at
-    # the markers; no model is asked and no run recorded
-    code = ("import json, sys\nfrom flashgen.cli import main\n"
-            "for args in json.loads(sys.argv[1]):\n"
-            "    sys.stderr.write('@@case\\n'); sys.stderr.flush()\n"
-            "    try:\n"
-            "        main(['generate', '--gpu', 'a100', '--out', 'o', *args]); rc = 0\n"
-            "    except SystemExit as exc:\n"
-            "        rc = exc.code\n"
-            "    sys.stderr.flush(); sys.stderr.write(f'@@rc {rc}\\n'); sys.stderr.flush()\n")
-    env = {**os.environ, "FLASHGEN_HOME": str(tmp_path / "home")}
-    done = subprocess.run([sys.executable, "-c", code, json.dumps([args for args, _ in BAD])], capture_output=True,
-                          text=True, timeout=300, env=env, cwd=tmp_path)
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    cases = done.stderr.split("@@case\n")[1:]
-    assert len(cases) == len(BAD)
-    for (args, want), case in zip(BAD, cases, strict=True):
-        text, _, rc = case.rpartition("@@rc ")
-        lines = [line for line in text.splitlines() if line.strip()]
-        assert rc.strip() == "2" and len(lines) == 1 and lines[0].startswith(want), (args, rc, text)
-    assert not (tmp_path / "o").exists() and not (tmp_path / "home").exists()
+    # one process runs every case through flashgen.cli.main, as `flashgen generate ...` does; no model is asked
+    # and no run recorded
+    assert_one_line_exit_2(BAD, tmp_path)
 
 
 def test_the_api_takes_the_keywords_and_refuses_bad_ones_as_usage_errors(tmp_path):
