@@ -11,7 +11,16 @@
 # tests) and gpu-junit.xml; copy the log to benchmarks/results/<date>-h200-pytest-gpu-<commit>.log.
 # Extra arguments go to pytest (e.g. -k turing). GPU_SUITE_LIMIT_S (default 570) cuts pytest with SIGINT first,
 # so a run that overruns still writes its log and junit XML. FLASHGEN_GIT_COMMIT=<sha> is printed in the log.
+# PART=1 / PART=2: the suite in two calls (since session 6 it is more than one 10-minute call holds): PART=2 is the
+# grids (every head dim, FlashAttention-2's forward grid, V's own head dim), PART=1 everything else.
 cd "$(dirname "$0")/.." || exit 1
+GRIDS="tests/test_head_dims_gpu.py tests/test_fa2_grid_gpu.py tests/test_head_dim_v_gpu.py"
+case "${PART:-all}" in
+  1) for f in $GRIDS; do set -- "--ignore=$f" "$@"; done ;;
+  2) set -- $(for f in $GRIDS; do [ -e "$f" ] && echo "$f"; done) "$@" ;;
+  all) ;;
+  *) echo "PART=${PART}: 1, 2 or all"; exit 2 ;;
+esac
 [ -n "${NO_WHEELS:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-} || { echo "wheel install from .whl/ failed (carry .whl, or NO_WHEELS=1)"; exit 1; }
 set -o pipefail
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -19,7 +28,7 @@ export FLASHGEN_HOME=${FLASHGEN_HOME:-/tmp/flashgen-home}
 OUT=${OUT:-/tmp/flashgen-out}
 mkdir -p "$OUT"
 {
-  echo "# gpu suite: $(date -u +%FT%TZ)  commit: ${FLASHGEN_GIT_COMMIT:-unknown}  cpus: $(nproc)"
+  echo "# gpu suite (part ${PART:-all}): $(date -u +%FT%TZ)  commit: ${FLASHGEN_GIT_COMMIT:-unknown}  cpus: $(nproc)"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1 || echo "no nvidia-smi"
   nvcc --version 2>&1 | tail -1
 } | tee "$OUT/gpu-suite.log"
