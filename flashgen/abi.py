@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from flashgen.operators import SIZE_BINARY, SIZE_FUNCTIONS, UNARY
-from flashgen.variant import DType, Variant
+from flashgen.variant import DType, Variant, head_dim_v_problem
 
 ABI_HEADER = Path(__file__).parent / "include" / "flashgen_abi.cuh"
 ABI_INCLUDE = "flashgen_abi.cuh"
@@ -133,6 +133,8 @@ class KernelManifest(BaseModel):
     arch: str = Field(description="compute capability it was written for, e.g. sm_80")
     dtype: DType
     head_dim: int
+    # v (B, KVH, M, Dv) and o (B, H, N, Dv); the description is short: the translate prompt shows every field's
+    head_dim_v: int | None = Field(default=None, description="Dv, V's and O's head dim; null: D")
     variant: Variant
     launches: list[Launch]
     workspace_floats: str = Field(default="0", description="fp32 workspace size, an expression like the grid's")
@@ -160,6 +162,18 @@ class KernelManifest(BaseModel):
     def _tensor_texts(cls, texts: list[str]) -> list[str]:
         return [ModTensor.parse(text).text for text in texts]  # canonical text; ValueError for a bad one
 
+    @field_validator("head_dim_v")
+    @classmethod
+    def _head_dim_v(cls, value: int | None) -> int | None:
+        if value is not None and (problem := head_dim_v_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
+
+    @property
+    def dv(self) -> int:
+        """V's and O's head dim: head_dim_v, or head_dim where V has none of its own."""
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
+
     @property
     def call_tensors(self) -> list[ModTensor]:
         """The call-time tensors (`mod_tensors` parsed), in slot order."""
@@ -167,10 +181,11 @@ class KernelManifest(BaseModel):
 
     @model_serializer(mode="wrap")
     def _omit_absent_tensor_maps(self, handler):
-        # Kernels without TMA (every pre-Hopper one) or call-time tensors serialize exactly as before the fields existed.
+        # Kernels without TMA (every pre-Hopper one), call-time tensors or a V head dim of its own serialize exactly as
+        # before the fields existed.
         data = handler(self)
         if isinstance(data, dict):
-            for key in ("tensor_maps", "mod_tensors"):
+            for key in ("tensor_maps", "mod_tensors", "head_dim_v"):
                 if not data.get(key):
                     data.pop(key, None)
         return data

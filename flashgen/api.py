@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from flashgen.abi import KernelManifest
 from flashgen.errors import FlashgenError, UsageError, pydantic_message
-from flashgen.variant import DType, Variant, check_head_dim, make_variant, parse_dtype
+from flashgen.variant import DType, Variant, check_head_dim, check_head_dim_v, head_dims_tag, make_variant, parse_dtype
 
 __all__ = ["DEFAULT_DTYPE", "DEFAULT_GPU", "DEFAULT_HEAD_DIM", "Kernel", "ProgramRejected", "build", "default_build_dir",
            "default_out_dir", "generate", "make_variant", "parse_dtype"]
@@ -45,8 +45,9 @@ class Kernel:
         return self.meta.get("verification", {}).get("ok")
 
     def __call__(self, q, k, v, scale: float | None = None, alibi_slopes=None, tensors=None):
-        """O (and LSE when the variant returns it) for CUDA arrays q (B, H, N, D), k and v (B, KVH, M, D) in the
-        kernel's dtype, zero-copy, on the arrays' current stream: torch tensors, anything with
+        """O (and LSE when the variant returns it) for CUDA arrays q (B, H, N, D), k (B, KVH, M, D) and v
+        (B, KVH, M, Dv) in the kernel's dtype (Dv: the kernel's V head dim, `manifest.dv`; D unless generated with
+        head_dim_v; O is (B, H, N, Dv)), zero-copy, on the arrays' current stream: torch tensors, anything with
         __cuda_array_interface__ (cupy, pycuda GPUArray, numba, jax) or DLPack; all of one kind. O and LSE come
         back as that kind (torch, cupy, pycuda, numba; a cupy array for jax and other kinds). Running needs cupy (the
         gpu extra); torch is optional. A bad array is an ArrayError (a ValueError), one line. `scale`: the softmax
@@ -60,6 +61,7 @@ class Kernel:
             call_time_views,
             check_call_time,
             check_same_kind,
+            check_v_head_dim,
             device_arch,
             empty_like,
             launch,
@@ -75,7 +77,8 @@ class Kernel:
                              + ", ".join(f"{n} {tuple(view.shape)}" for n, view in views.items()))
         for name, view in views.items():
             _check_tensor(name, view, self.manifest.dtype.value)
-        check_call_time(self.manifest, views["q"], views["k"], slopes, named)  # before compiling: one line now
+        check_v_head_dim(self.manifest, views["v"])  # before compiling: one line now
+        check_call_time(self.manifest, views["q"], views["k"], slopes, named)
         if self._launcher is None:
             from flashgen.harness.compile import compile_cuda
 
@@ -85,8 +88,8 @@ class Kernel:
                 raise FlashgenError(f"{self.manifest.name} does not build for {device_arch()}: "
                                     f"{built.feedback_text(300).splitlines()[0]}")
             self._launcher = built.cubin_path
-        b, h, n, d = views["q"].shape
-        o = empty_like(q, (b, h, n, d), self.manifest.dtype.value)
+        b, h, n, _ = views["q"].shape
+        o = empty_like(q, (b, h, n, self.manifest.dv), self.manifest.dtype.value)
         lse = empty_like(q, (b, h, n), "fp32") if self.manifest.variant.return_lse else None
         launch(self.manifest, self._launcher, q, k, v, o, lse, scale=self.softmax_scale if scale is None else scale,
                alibi_slopes=alibi_slopes, tensors=tensors)
@@ -94,7 +97,8 @@ class Kernel:
 
     def __repr__(self) -> str:
         m = self.manifest
-        return f"Kernel({m.name}, {m.arch}, {m.dtype.value}, d={m.head_dim}, verified={self.verified})"
+        dv = f", dv={m.head_dim_v}" if m.head_dim_v is not None else ""
+        return f"Kernel({m.name}, {m.arch}, {m.dtype.value}, d={m.head_dim}{dv}, verified={self.verified})"
 
     def _repr_html_(self) -> str:  # Jupyter: TL and CUDA side by side, verification, resources, timings
         from flashgen.explore import kernel_html
@@ -124,10 +128,12 @@ def check_out_dir(out: str | Path, name: str = "out") -> None:
         raise UsageError(f"{name} {out}: folder not writable ({probe}: {exc.strerror or exc})") from None
 
 
-def default_out_dir(target_name: str, dtype: DType, variant: Variant, head_dim: int, mods=None) -> Path:
-    """generated/GPU/DTYPE/VARIANT_dD; with score or mask functions (flashgen.mods) VARIANT_modHASH_dD."""
+def default_out_dir(target_name: str, dtype: DType, variant: Variant, head_dim: int, mods=None,
+                    head_dim_v: int | None = None) -> Path:
+    """generated/GPU/DTYPE/VARIANT_dD; with score or mask functions (flashgen.mods) VARIANT_modHASH_dD; with a V head
+    dim of its own VARIANT_dDvDV (d192v128)."""
     tag = f"_{mods.tag}" if mods is not None else ""
-    return Path("generated") / target_name / dtype.value / f"{variant.name}{tag}_d{head_dim}"
+    return Path("generated") / target_name / dtype.value / f"{variant.name}{tag}_{head_dims_tag(head_dim, head_dim_v)}"
 
 
 def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int = DEFAULT_HEAD_DIM, *,
@@ -140,7 +146,8 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
              score_mod: str | None = None, mask_mod: str | None = None, params: dict[str, Any] | None = None,
              tensors: dict[str, str] | None = None,
              store=None, env=None, progress=None, window_size: tuple[int, int] | None = None,
-             softmax_scale: float | None = None, split_kv: bool = False, num_splits: int | None = None) -> Kernel:
+             softmax_scale: float | None = None, split_kv: bool = False, num_splits: int | None = None,
+             head_dim_v: int | None = None) -> Kernel:
     """Generate (or, with `resume`, finish generating) a kernel; writes its files to `out` when given (atomically,
     holding a lock on the folder for the whole run: a second writer is refused).
 
@@ -153,7 +160,8 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
     0; (W - 1, 0) is window=W; docs/variants.md); `softmax_scale` (default 1/sqrt(D)): the scale the CPU check,
     verification and timing run with, recorded in meta.json and the returned Kernel's default; `split_kv`: split-KV
     decode, `num_splits` its fixed split count (default: chosen by the sizes at each launch). On `resume` the run's
-    recorded ones hold: these are refused there.
+    recorded ones hold: these are refused there. `head_dim_v`: V's and O's own head dim Dv (DeepSeek-style prefill:
+    head_dim=192, head_dim_v=128; v (B, KVH, M, Dv), o (B, H, N, Dv)), by the rule of head_dim; None: head_dim.
     Score and mask functions (flashgen.mods, docs/variants.md): `score_mod` an expression over the score s, q_idx,
     k_idx, b, h and the sizes, `mask_mod` a condition over the same, `params` {NAME: number} constants they read,
     `tensors` {NAME: "int32[B]:0..M"} call-time tensors they read as NAME[i] (DTYPE[DIMS][:LO..HI][:sorted]: int32 or
@@ -206,6 +214,8 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
     runtime = {k: v for k, v in (("softmax_scale", softmax_scale), ("num_splits", num_splits)) if v is not None}
     if resume is not None and runtime:
         raise UsageError(f"{', '.join(runtime)}: a resume runs with the run's recorded settings; give them to a new run")
+    if resume is not None and head_dim_v is not None:
+        raise UsageError("head_dim_v: a resume keeps the run's own head dims; give it to a new run")
     if resume is not None and (score_mod is not None or mask_mod is not None or params or tensors):
         raise UsageError("score_mod, mask_mod, params, tensors: a resume keeps the run's own functions; give them to a "
                          "new run")
@@ -217,14 +227,17 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
         target = env.target(gpu)
         dtype_value = parse_dtype(dtype)
         check_head_dim(head_dim)
+        head_dim_v = check_head_dim_v(head_dim_v, head_dim, "head_dim_v")  # None where it is head_dim
+        dims = {"head_dim_v": head_dim_v} if head_dim_v is not None else {}
         variant = make_variant(causal=causal, window=window, alibi=alibi, softcap=softcap, norm=norm, lse=lse,
                                kv_group=kv_group, window_size=window_size, split_kv=split_kv)
         if num_splits is not None and not variant.split_kv:
             raise UsageError(f"num_splits {num_splits}: only for split-KV decode (split_kv=True, --split-kv)")
-        env.check_supported(variant, target, dtype_value, head_dim)
+        env.check_supported(variant, target, dtype_value, head_dim, **dims)
         if out is not None:
             check_out_dir(out)
-        task = Task(variant=variant, target=target.name, arch=target.arch, dtype=dtype_value, head_dim=head_dim)
+        task = Task(variant=variant, target=target.name, arch=target.arch, dtype=dtype_value, head_dim=head_dim,
+                    head_dim_v=head_dim_v)
         try:
             config = LoopConfig(task=task, goal_speedup=goal_speedup, budget=Budget(**budget), **runtime)
         except ValidationError as exc:
@@ -235,7 +248,7 @@ def generate(gpu: str = DEFAULT_GPU, dtype: str = DEFAULT_DTYPE, head_dim: int =
             from flashgen.mods import announce, reference_program
 
             config.task = task = task.model_copy(update={"mods": mods})
-            config.reference_tl = reference_program(mods, variant, target, dtype_value, head_dim, env)
+            config.reference_tl = reference_program(mods, variant, target, dtype_value, head_dim, env, **dims)
             announce(mods, config.reference_tl, progress)
     elif out is not None:
         check_out_dir(out)
@@ -367,7 +380,7 @@ def build(tl: str | Path, gpu: str, dtype: str, *, out: str | Path | None = None
                          f"({', '.join(get_args(Phase))})")
     goal = goal_speedup if goal_speedup is not None else (1.0 if then else 1e-9)  # no model: none to speed it up
     task = Task(variant=program.variant, target=target.name, arch=target.arch, dtype=dtype_value,
-                head_dim=decl.head_dim)
+                head_dim=decl.head_dim, head_dim_v=None if decl.head_dim_v == decl.head_dim else decl.head_dim_v)
     try:
         config = LoopConfig(task=task, goal_speedup=goal, budget=Budget(**budget), reference_tl=text if custom else None)
     except ValidationError as exc:

@@ -139,7 +139,8 @@ def load(folder: str | Path) -> KernelFiles:
 
 def kernel_repr(kernel) -> str:
     m = kernel.manifest
-    return f"Kernel({m.name}, {m.arch}, {m.dtype.value}, d={m.head_dim}, verified={kernel.verified})"
+    dv = f", dv={m.head_dim_v}" if m.head_dim_v is not None else ""
+    return f"Kernel({m.name}, {m.arch}, {m.dtype.value}, d={m.head_dim}{dv}, verified={kernel.verified})"
 
 
 def kernel_html(kernel) -> str:
@@ -258,9 +259,9 @@ def _probe_maps(program, shape: Shape, seed: int, reference: Reference) -> tuple
     scale = default_scale(shape.D)
     tl_map = np.zeros((shape.B, shape.H, shape.N, shape.M))
     ref_map = np.zeros_like(tl_map)
-    for start in range(0, shape.M, shape.D):
-        width = min(shape.D, shape.M - start)
-        v = np.zeros((shape.B, shape.kv_heads, shape.M, shape.D))
+    for start in range(0, shape.M, shape.dv):  # V's columns: Dv where V has a head dim of its own
+        width = min(shape.dv, shape.M - start)
+        v = np.zeros((shape.B, shape.kv_heads, shape.M, shape.dv))
         v[:, :, start + np.arange(width), np.arange(width)] = 1.0
         out = interpret(program, shape, inputs={"Q": q, "K": k, "V": v}, scale=scale).outputs["O"]
         tl_map[..., start:start + width] = out[..., :width]
@@ -271,7 +272,7 @@ def _probe_maps(program, shape: Shape, seed: int, reference: Reference) -> tuple
 def _small_shape(program, n: int | None, m: int | None) -> Shape:
     variant, head_dim = program.variant, program.target.head_dim
     n = n or 256
-    return Shape(B=1, H=variant.kv_group, KVH=1, N=n, M=m or n, D=head_dim)
+    return Shape(B=1, H=variant.kv_group, KVH=1, N=n, M=m or n, D=head_dim, DV=program.target.head_dim_v)
 
 
 class AttentionMap(Shown):
@@ -422,7 +423,8 @@ def check(tl, reference: Reference | None = None, *, gpu: str | None = None, see
     ref = reference or _variant_reference(program.variant)
     worst = 0.0
     for n, m in shapes:
-        shape = Shape(B=1, H=2 * program.variant.kv_group, KVH=2, N=n, M=m, D=program.target.head_dim)
+        shape = Shape(B=1, H=2 * program.variant.kv_group, KVH=2, N=n, M=m, D=program.target.head_dim,
+                      DV=program.target.head_dim_v)
         q, k, v = random_inputs(shape, seed)
         scale = default_scale(shape.D)
         out = interpret(program, shape, inputs={"Q": q, "K": k, "V": v}, scale=scale).outputs["O"]
@@ -561,7 +563,8 @@ def roofline(kernel, shape: Shape | str | None = None, targets: Sequence[str] | 
     if isinstance(shape, str):
         shape = Shape.parse(shape)
     big = shape or ROOFLINE_SHAPE
-    shape = Shape(B=big.B, H=big.H, KVH=big.H // variant.kv_group, N=big.N, M=big.M, D=head_dim)
+    shape = Shape(B=big.B, H=big.H, KVH=big.H // variant.kv_group, N=big.N, M=big.M, D=head_dim,
+                  DV=program.target.head_dim_v)
     counts = interpreted_counts(program, variant, shape)
     dtype = program.target.dtype.value
     chosen = [get_target(t) for t in targets] if targets else list(TARGETS.values())

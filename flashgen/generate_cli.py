@@ -13,7 +13,7 @@ from flashgen.console import err as console
 from flashgen.console import out as result_console
 from flashgen.console import styled
 from flashgen.errors import UsageError
-from flashgen.variant import HEAD_DIM_STEP, SUPPORTED_HEAD_DIMS, check_head_dim
+from flashgen.variant import HEAD_DIM_STEP, SUPPORTED_HEAD_DIMS, check_head_dim, check_head_dim_v
 
 
 def register(app: typer.Typer) -> None:
@@ -23,6 +23,8 @@ def register(app: typer.Typer) -> None:
         dtype: str = typer.Option(DEFAULT_DTYPE, "--dtype", help="fp16, bf16 or fp32 (bf16 and fp32 on sm_75 run through scaled fp16 tiles; fp32 elsewhere through tf32)"),
         head_dim: int = typer.Option(DEFAULT_HEAD_DIM, "--head-dim", help=f"D: a multiple of {HEAD_DIM_STEP} from "
                                      f"{SUPPORTED_HEAD_DIMS[0]} to {SUPPORTED_HEAD_DIMS[-1]}"),
+        head_dim_v: int | None = typer.Option(None, "--head-dim-v", help="Dv, V's and O's own head dim (e.g. 128 with "
+                                              "--head-dim 192, DeepSeek-style prefill), by the rule of D (default: D)"),
         causal: opts.Causal = False,
         window: opts.Window = None,
         alibi: opts.Alibi = False,
@@ -65,7 +67,8 @@ def register(app: typer.Typer) -> None:
         retries: int | None = typer.Option(None, "--retries", help="retries of a failed model request (default 5); "
                                            "one model call ends within 900 s in all, or --max-wall"),
         goal: float = typer.Option(1.0, "--goal", help="stop at this speedup over the best baseline"),
-        out: Path | None = typer.Option(None, "--out", help="output folder (default generated/GPU/DTYPE/VARIANT_dD)"),
+        out: Path | None = typer.Option(None, "--out", help="output folder (default generated/GPU/DTYPE/VARIANT_dD, "
+                                        "VARIANT_dDvDV with --head-dim-v)"),
         resume: str | None = typer.Option(None, "--resume", help="continue run RUN_ID from its last step (budget "
                                           "flags, --provider, --model and --base-url given replace the recorded "
                                           "ones; it says first what it will ask)"),
@@ -102,6 +105,9 @@ def register(app: typer.Typer) -> None:
         if base_url is not None:
             check_base_url(base_url)
         check_head_dim(head_dim, "--head-dim")
+        if head_dim_v is not None and resume is not None:
+            raise UsageError("--head-dim-v starts a new run; a resume keeps the run's own head dims")
+        head_dim_v = check_head_dim_v(head_dim_v, head_dim, "--head-dim-v")
         mods, mod_args = None, {}
         if score_mod is not None or mask_mod is not None or param or tensor:  # score and mask functions (flashgen.mods)
             from flashgen.mods import make_mods, params_from_options, tensors_from_options
@@ -119,7 +125,8 @@ def register(app: typer.Typer) -> None:
                                                 kv_heads=kv_heads, heads=heads, kv_group=kv_group, norm=norm,
                                                 lse=lse, split_kv=split_kv)
             if out is None:
-                out = default_out_dir(target.name, parse_dtype(dtype), variant, head_dim, mods=mods)
+                out = default_out_dir(target.name, parse_dtype(dtype), variant, head_dim, mods=mods,
+                                      head_dim_v=head_dim_v)
         if resume is not None and out is None:
             raise UsageError("--resume needs --out (where the finished kernel goes)")
         check_out_dir(out, "--out")
@@ -136,7 +143,8 @@ def register(app: typer.Typer) -> None:
                                   max_wall_s=max_wall, goal_speedup=goal, out=out, resume=resume,
                                   request_timeout_s=request_timeout, retries=retries, env=env, progress=progress,
                                   window_size=window_size, softmax_scale=softmax_scale, split_kv=split_kv,
-                                  num_splits=num_splits, **mod_args)
+                                  num_splits=num_splits, **mod_args,
+                                  **({"head_dim_v": head_dim_v} if head_dim_v is not None else {}))
             except Interrupted as exc:  # recorded by the loop; typer would swallow a KeyboardInterrupt's message
                 raise Stopped(str(exc), exc.signal_name) from None
         if as_json:  # stdout stays one JSON object: the summary as data, nothing printed beside it

@@ -16,9 +16,13 @@ They become two TL lines in the expert's program (`apply`): the scale line goes 
 and the kernel's reference is its own TL's fp64 interpretation (LoopConfig.reference_tl, the manifest's
 `reference_tl`).
 
-No tile skipping: the kernel's key loop keeps the variant's bounds; a mask function only masks elements. For a mask
-of positions alone `tile_report` says, on the CPU, how many of the key tiles the kernel visits the mask leaves
-empty (what skipping them would save) and that it visits every tile holding a visible key.
+Tile skipping: a mask of positions (q_idx, k_idx, b, h, the sizes, params, call-time tensors read at block-invariant
+indices such as LEN[b]) gives the kernel a per-tile test (flashgen.translators.tiles: the mask's interval bounds over
+the tile), and the key tiles it proves empty are neither loaded nor computed, on every path; a block left with none
+writes O = 0 and LSE = -inf. The test is conservative: a tile is skipped only where no (row, key) of it can be
+visible. For a mask of positions alone (no tensor) `tile_report` says, on the CPU, how many of the key tiles the
+kernel's loop walks the mask leaves empty, how many of those the test skips, and that no tile holding a visible key
+is skipped or left unwalked.
 """
 
 from __future__ import annotations
@@ -560,16 +564,18 @@ def _tensor_line(t: ModTensor) -> str:
 def tile_report(mods: Mods, tl_text: str, *, n: int = 2048, m: int = 2048) -> dict[str, Any] | None:
     """For a mask of positions alone, on the CPU: every (query tile, key tile) of the program at N=n, M=m judged
     element by element (numpy over the variant's visibility and the mask) and compared with the tiles the program's
-    key loop visits (its bounds evaluated per query tile, as the kernel evaluates them). Returns the counts
-    (`tiles`, `visited`, `visited_empty`: visited tiles the mask leaves without a visible key, the work tile skipping
-    would save; `missed`: unvisited tiles with a visible key, which must be 0) or None when the mask reads the score
-    or a call-time tensor, or the program's loop bounds cannot be evaluated. B and H are 2 when the mask reads b or h,
-    else 1."""
+    key loop visits (its bounds evaluated per query tile, as the kernel evaluates them) and with the tiles of those
+    the kernel's tile test skips (the mask's interval bounds, flashgen.translators.tiles, by the rules of its C).
+    Returns the counts (`tiles`, `visited`, `visited_empty`: visited tiles the mask leaves without a visible key;
+    `skipped`: visited tiles the kernel skips, all of them empty; `computed_empty`: the empty visited tiles the
+    conservative test leaves, computed and masked; `missed`: tiles with a visible key that the loop does not visit
+    or the test skips, which must be 0) or None when the mask reads the score or a call-time tensor, or the
+    program's loop bounds cannot be evaluated. B and H are 2 when the mask reads b or h, else 1."""
     import numpy as np
 
     from flashgen.reference import visible_mask
     from flashgen.tl_spec.parser import parse
-    from flashgen.translators.cexpr import evaluate
+    from flashgen.translators import tiles as tile_tests
 
     if not mods.mask_of_positions or _tensors_read(expression(mods.mask_mod)):
         return None  # a mask reading the score, or call-time tensors: its tiles depend on the call's values
@@ -594,13 +600,13 @@ def tile_report(mods: Mods, tl_text: str, *, n: int = 2048, m: int = 2048) -> di
     m_tiles, n_tiles = -(-n // bm), -(-m // bn)
     base = visible_mask(n, m, program.variant)
     q, k = np.meshgrid(np.arange(n), np.arange(m), indexing="ij")
-    counts = {"tiles": 0, "visited": 0, "visited_empty": 0, "missed": 0}
+    counts = {"tiles": 0, "visited": 0, "visited_empty": 0, "skipped": 0, "computed_empty": 0, "missed": 0}
     cond = tl_expression(mods.mask_mod, mods)
+    test = tile_tests.analyse(cond, lambda e: _tile_leaf(e, sizes))
+    mt_grid, nt_grid = np.meshgrid(np.arange(m_tiles), np.arange(n_tiles), indexing="ij")
     for b in range(batch):
         for h in range(heads):
-            with np.errstate(all="ignore"):
-                mask = np.broadcast_to(np.asarray(evaluate(cond, {**sizes, "q_idx": q, "k_idx": k, "b": b, "h": h}),
-                                                  dtype=bool), (n, m))
+            mask = _mask_grid(cond, {**sizes, "q_idx": q, "k_idx": k, "b": b, "h": h}, n, m)
             seen = np.zeros((m_tiles * bm, n_tiles * bn), dtype=bool)
             seen[:n, :m] = base & mask
             occupied = seen.reshape(m_tiles, bm, n_tiles, bn).any(axis=(1, 3))
@@ -608,13 +614,64 @@ def tile_report(mods: Mods, tl_text: str, *, n: int = 2048, m: int = 2048) -> di
             for (bb, hh, mt), tiles in visited.items():
                 if bb == b and hh == h and 0 <= mt < m_tiles:
                     walked[mt, [t for t in tiles if 0 <= t < n_tiles]] = True
+            may_hold, _ = test.evaluate(tile_tests.tile_env(mt_grid, nt_grid, bm, bn, n, m,
+                                                            {**sizes, "b": b, "h": h}))
+            skipped = walked & ~np.broadcast_to(may_hold, walked.shape)
             counts["tiles"] += m_tiles * n_tiles
             counts["visited"] += int(walked.sum())
             counts["visited_empty"] += int((walked & ~occupied).sum())
-            counts["missed"] += int((~walked & occupied).sum())
+            counts["skipped"] += int(skipped.sum())
+            counts["computed_empty"] += int((walked & ~skipped & ~occupied).sum())
+            counts["missed"] += int(((~walked | skipped) & occupied).sum())
     return {"shape": f"B={batch},H={heads},N={n},M={m}", "block": [bm, bn], **counts,
-            "note": "the kernel does not skip tiles for a mask function: it masks their elements (visited_empty "
-                    "tiles are computed and give nothing)"}
+            "note": "the kernel skips the visited tiles its per-tile test of the mask proves empty (skipped: neither "
+                    "loaded nor computed); computed_empty tiles are empty too but not provably so by the test's "
+                    "interval bounds: computed, masked, giving nothing"}
+
+
+def _mask_grid(cond, values: dict[str, Any], n: int, m: int):
+    """The mask's (n, m) booleans in numpy (the interpreter's evaluation) over `values` (positions, sizes, b, h)."""
+    import numpy as np
+
+    from flashgen.translators.cexpr import evaluate
+
+    with np.errstate(all="ignore"):
+        return np.broadcast_to(np.asarray(evaluate(cond, values), dtype=bool), (n, m))
+
+
+def visible_pairs(mods: Mods, variant, n: int, m: int, *, batch: int = 1, heads: int = 1,
+                  head_dim: int | None = None) -> int | None:
+    """The (query, key) pairs a mask of positions and the variant's own mask leave visible at N=n, M=m, summed over
+    `batch` x `heads` (b, h): the work a kernel with the mask must do (flashgen.harness.bench's visible-work TF/s).
+    None for a mask that reads the score or a call-time tensor (its pairs depend on the call), or D without
+    `head_dim`."""
+    import numpy as np
+
+    from flashgen.reference import visible_mask
+
+    if not mods.mask_of_positions or _tensors_read(expression(mods.mask_mod)):
+        return None
+    q, k = np.meshgrid(np.arange(n), np.arange(m), indexing="ij")
+    base = visible_mask(n, m, variant)
+    cond = tl_expression(mods.mask_mod, mods)
+    sizes = {"B": batch, "H": heads, "N": n, "M": m, **({"D": head_dim} if head_dim is not None else {})}
+    uses = _names(expression(mods.mask_mod))
+    if "D" in uses and head_dim is None:
+        return None
+    per = [(b, h) for b in range(batch if "b" in uses else 1) for h in range(heads if "h" in uses else 1)]
+    total = sum(int((base & _mask_grid(cond, {**sizes, "q_idx": q, "k_idx": k, "b": b, "h": h}, n, m)).sum())
+                for b, h in per)
+    return total * (batch * heads // len(per))
+
+
+def _tile_leaf(e, sizes: dict[str, Any]):
+    """A name of a mask as tile_report's tile test reads it (flashgen.translators.tiles.Leaf): a size, b, h."""
+    from flashgen.tl_spec import ast
+    from flashgen.translators.tiles import Leaf
+
+    if not isinstance(e, ast.Name) or not (e.id in ("b", "h") or isinstance(sizes.get(e.id), int)):
+        return None
+    return Leaf(c=e.id, expr=e, positive=e.id in NAMES and e.id not in ("b", "h"), nonneg=True)
 
 
 def _visited_tiles(program, sizes: dict[str, Any]) -> dict[tuple[int, int, int], set[int]] | None:
@@ -671,15 +728,16 @@ def _has_qk_gemm(stmts: list[Any]) -> bool:
 
 # ------------------------------------------------------------------------------------------------ a run's reference
 
-def reference_program(mods: Mods, variant, target, dtype, head_dim: int, env) -> str:
+def reference_program(mods: Mods, variant, target, dtype, head_dim: int, env, head_dim_v: int | None = None) -> str:
     """The program the expert writes first for this task, with the functions: the run's fp64 reference
     (LoopConfig.reference_tl). Checked for `target` and translated here, so that an expression the checker or the
     translators refuse is one line (UsageError) before any model call."""
     from flashgen.tl_spec.diagnostics import errors_only
     from flashgen.translators.params import choose_params
 
-    params = dict(choose_params(variant, target, dtype, head_dim))
-    text = env.library_tl(variant, target, dtype, head_dim, form="full", params=params, mods=mods)
+    dims = {"head_dim_v": head_dim_v} if head_dim_v is not None else {}  # V's own head dim, where it has one
+    params = dict(choose_params(variant, target, dtype, head_dim, **dims))
+    text = env.library_tl(variant, target, dtype, head_dim, form="full", params=params, mods=mods, **dims)
     from flashgen.tl_spec.checker import check
 
     errors = errors_only(check(env.parse(text, "kernel.tl"), target))
@@ -702,6 +760,6 @@ def announce(mods: Mods, tl_text: str, progress) -> dict[str, Any] | None:
         share = report["visited_empty"] / report["visited"] if report["visited"] else 0.0
         progress(f"the mask leaves {report['visited_empty']} of the {report['visited']} key tiles the kernel walks at "
                  f"{report['shape']} (tiles {report['block'][0]}x{report['block'][1]}) without a visible key "
-                 f"({share:.0%}); the kernel computes them and masks their elements (no tile skipping for a mask "
-                 "function)")
+                 f"({share:.0%}); the kernel skips {report['skipped']} of them (its per-tile test of the mask) and "
+                 f"computes and masks {report['computed_empty']}")
     return report

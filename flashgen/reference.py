@@ -76,7 +76,8 @@ def attention(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, variant: Variant, scale: float | None = None,
     alibi_slopes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """q (B, H, N, D), k and v (B, KVH, M, D) -> (O (B, H, N, D) float64, LSE (B, H, N) or None).
+    """q (B, H, N, D), k (B, KVH, M, D) and v (B, KVH, M, Dv) -> (O (B, H, N, Dv) float64, LSE (B, H, N) or None);
+    Dv is D but where V has a head dim of its own (DeepSeek-style: D = 192, Dv = 128).
 
     LSE is returned for softmax (natural log, -inf for rows that see no key), None otherwise. `alibi_slopes`: the
     caller's ALiBi slopes, (H) or (B, H) (None: the standard ones; ignored by a variant without ALiBi).
@@ -104,11 +105,12 @@ def attention(
 def random_inputs(
     shape, seed: int, scale_mag: float = 1.0, dtype=np.float64
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Fresh normal inputs (never zeros). scale_mag > 1 makes large-magnitude scores."""
+    """Fresh normal inputs (never zeros): q (B, H, N, D), k (B, KVH, M, D), v (B, KVH, M, Dv). scale_mag > 1 makes
+    large-magnitude scores."""
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((shape.B, shape.H, shape.N, shape.D)) * scale_mag
     k = rng.standard_normal((shape.B, shape.kv_heads, shape.M, shape.D)) * scale_mag
-    v = rng.standard_normal((shape.B, shape.kv_heads, shape.M, shape.D))
+    v = rng.standard_normal((shape.B, shape.kv_heads, shape.M, getattr(shape, "dv", shape.D)))
     return q.astype(dtype), k.astype(dtype), v.astype(dtype)
 
 

@@ -214,12 +214,16 @@ def _two_sided_work(variant: Variant, n: int, m: int) -> VisibleWork:
 
 
 def attention_flops(shape: Shape, causal: bool | Variant = False) -> float:
-    """The FLOPs TFLOP/s figures are reported by: 4*B*H*D per counted (query, key) pair of `visible_work` (a
+    """The FLOPs TFLOP/s figures are reported by: 4*B*H*D (2*B*H*(D + Dv) where V has a head dim of its own) per
+    counted (query, key) pair of `visible_work` (a
     Variant: its mask; 2 GEMMs of 2 FLOPs per multiply-add). A bare bool is FlashAttention's nominal formula
     (Shape.flops: 4*B*H*N*M*D, halved for causal), which is right for N = M without a window only."""
     if isinstance(causal, bool):
         return shape.flops(causal)
-    return 4.0 * shape.B * shape.H * shape.D * visible_work(causal, shape.N, shape.M).counted_pairs
+    pairs = visible_work(causal, shape.N, shape.M).counted_pairs
+    if shape.DV is not None:  # V's own head dim: 2 FLOPs per multiply-add over D (Q K^T) and over Dv (P V)
+        return 2.0 * shape.B * shape.H * (shape.D + shape.DV) * pairs
+    return 4.0 * shape.B * shape.H * shape.D * pairs
 
 
 def percent_of_roofline(measured_time_s: float, est: RooflineEstimate) -> float:

@@ -19,6 +19,10 @@ Two-sided windows (the prompts add this line only for a task that has one):
 - Two-sided window (window_left L, window_right R; a side not given is unbounded; FlashAttention's window
   size (L, R), -1 for unbounded): key j visible iff i + M - N - L <= j <= i + M - N + R (and j < M).
   Not causal: the causal forms are the sliding window W, which is (W - 1, 0), and causal alone, (-1, 0).
+
+V's own head dim (the prompts add this line only for a task that has one):
+- V's own head dim Dv (DeepSeek-style prefill: D = 192, Dv = 128): V is (B, KVH, M, Dv) and O (B, H, N, Dv);
+  Q K^T runs over D (scale = 1/sqrt(D)), P V yields Dv columns. Dv is D unless given.
 """
 
 from __future__ import annotations
@@ -162,10 +166,27 @@ class Shape(BaseModel):
     M: int = Field(ge=1, description="key/value length")
     D: int = Field(ge=1, description="head dim")
     KVH: int | None = Field(default=None, ge=1, description="kv heads; None means H")
+    # Left out of every dump and repr while unset, so that the records and test ids of D = Dv shapes keep their bytes.
+    DV: int | None = Field(default=None, ge=1, description="V's and O's head dim (Dv); None means D")
 
     @property
     def kv_heads(self) -> int:
         return self.H if self.KVH is None else self.KVH
+
+    @property
+    def dv(self) -> int:
+        """V's and O's head dim: DV, or D where it is not given."""
+        return self.D if self.DV is None else self.DV
+
+    @model_serializer(mode="wrap")
+    def _unset_dv_left_out(self, handler):
+        data = handler(self)
+        if isinstance(data, dict) and data.get("DV", 0) is None:
+            del data["DV"]
+        return data
+
+    def __repr_args__(self):
+        return [(k, v) for k, v in super().__repr_args__() if not (k == "DV" and v is None)]
 
     @model_validator(mode="after")
     def _heads_divide(self) -> Shape:
@@ -175,7 +196,7 @@ class Shape(BaseModel):
 
     @classmethod
     def parse(cls, text: str) -> Shape:
-        """Parse 'B=2,H=4,N=200,M=333,D=64[,KVH=2]' (the CLI's --shape)."""
+        """Parse 'B=2,H=4,N=200,M=333,D=64[,KVH=2][,DV=128]' (the CLI's --shape)."""
         fields: dict[str, int] = {}
         for item in filter(None, (p.strip() for p in text.split(","))):
             key, sep, value = item.partition("=")
@@ -184,12 +205,16 @@ class Shape(BaseModel):
             fields[key.strip()] = int(value)
         unknown = set(fields) - set(cls.model_fields)
         if unknown:
-            raise ValueError(f"unknown shape field(s) {sorted(unknown)}; known: B, H, N, M, D, KVH")
+            raise ValueError(f"unknown shape field(s) {sorted(unknown)}; known: B, H, N, M, D, KVH, DV")
         return cls(**fields)
 
     def flops(self, causal: bool = False) -> float:
-        """FlashAttention's count: 4*B*H*N*M*D, halved for causal."""
-        f = 4.0 * self.B * self.H * self.N * self.M * self.D
+        """FlashAttention's count: 4*B*H*N*M*D (2*B*H*N*M*(D + Dv) where V has a head dim of its own: Q K^T over
+        D, P V over Dv), halved for causal."""
+        if self.DV is None:
+            f = 4.0 * self.B * self.H * self.N * self.M * self.D
+        else:
+            f = 2.0 * self.B * self.H * self.N * self.M * (self.D + self.DV)
         return f / 2 if causal else f
 
 
@@ -218,6 +243,33 @@ def check_head_dim(head_dim: int, flag: str | None = None) -> int:
     if problem is not None:
         raise UsageError(f"{flag} {head_dim}: {_HEAD_DIM_RULE}" if flag else problem)
     return head_dim
+
+
+def head_dim_v_problem(head_dim_v: int) -> str | None:
+    """Why `head_dim_v` (V's and O's head dim, Dv) is not one the kernels take (one sentence), or None: the rule of D."""
+    return None if head_dim_v in SUPPORTED_HEAD_DIMS else f"V head dim {head_dim_v} is not supported: {_HEAD_DIM_RULE}"
+
+
+def check_head_dim_v(head_dim_v: int | None, head_dim: int, flag: str | None = None) -> int | None:
+    """V's head dim as the contract carries it: None for none given or one equal to `head_dim` (the kernel of one
+    head dim), else `head_dim_v` itself when the kernels take it (the rule of D); UsageError otherwise (one line;
+    prefixed by the flag a user typed)."""
+    if head_dim_v is None:
+        return None
+    import numbers
+
+    if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, numbers.Integral):
+        raise UsageError(f"{flag or 'head_dim_v'} {head_dim_v!r}: expected an integer head dim")
+    head_dim_v = int(head_dim_v)
+    problem = head_dim_v_problem(head_dim_v)
+    if problem is not None:
+        raise UsageError(f"{flag} {head_dim_v}: {_HEAD_DIM_RULE}" if flag else problem)
+    return None if head_dim_v == head_dim else head_dim_v
+
+
+def head_dims_tag(head_dim: int, head_dim_v: int | None) -> str:
+    """The head dims in names (kernels, folders, keys): d128, or d192v128 where V has a head dim of its own."""
+    return f"d{head_dim}" + (f"v{head_dim_v}" if head_dim_v is not None and head_dim_v != head_dim else "")
 
 
 def alibi_slope(head: int, heads: int) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 
 from flashgen.abi import ABI_HEADER
+from flashgen.translators.backends.base import SHARED_INCLUDE
 
 CXX = shutil.which("g++")
 COMPILE = ["g++", "-O1", "-std=c++17", "-w"]
@@ -23,3 +24,11 @@ static inline int min(int a, int b) { return a < b ? a : b; }
 """ + f'#include "{ABI_HEADER}"' + """
 // the kernel's parameters as far as expressions read them: no caller ALiBi slopes (the standard ones), no tensors
 static const FlashgenAttnParams p = {};"""
+# The tile tests' interval functions (flashgen/interval.cuh, flashgen.translators.tiles) on the host: the header is
+# plain C++ but for its device qualifiers. Compile with INCLUDE (its folder).
+INTERVALS = """#define __host__
+#define __device__
+#define __forceinline__ inline
+#include "flashgen/interval.cuh"
+"""
+INCLUDE = ["-I", str(SHARED_INCLUDE)]

@@ -27,13 +27,14 @@ class ExpertProvider:
         target = self.env.target(task.target)
         mods = {"mods": task.mods} if task.mods is not None else {}  # score and mask functions, written into the TL
         if request.phase == "sketch":
-            tl = self.env.library_tl(task.variant, target, task.dtype, task.head_dim, form="sketch", **mods)
+            tl = self.env.library_tl(task.variant, target, task.dtype, task.head_dim, form="sketch", **mods,
+                                     **task.dims)
             text = f"The dataflow of {task.variant.name} attention, as a sketch:\n\n```tl\n{tl.rstrip()}\n```\n"
         elif request.phase == "params":
-            candidates = self.env.choose_params(task.variant, target, task.dtype, task.head_dim)
+            candidates = self.env.choose_params(task.variant, target, task.dtype, task.head_dim, **task.dims)
             params = self._next_params(candidates, request)
             tl = self.env.library_tl(task.variant, target, task.dtype, task.head_dim, form="full", params=params,
-                                     **mods)
+                                     **mods, **task.dims)
             chosen = ", ".join(f"{k}={v}" for k, v in params.items())
             text = f"Full program for {target.marketing_name} with {chosen}:\n\n```tl\n{tl.rstrip()}\n```\n"
         else:

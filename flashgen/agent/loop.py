@@ -49,8 +49,11 @@ WALL_GRACE_S = 5.0  # how long a step may outlive --max-wall before the watchdog
 REPLY_HEAD_CHARS = 2000  # what the record keeps of a reply refused for its size
 # the conventions list of flashgen/variant.py, the one statement of what every variant computes
 _SEMANTICS = VARIANT_CONVENTIONS[VARIANT_CONVENTIONS.index("- Q is"):VARIANT_CONVENTIONS.index("\nTwo-sided")].strip()
-# its two-sided window line, told only to a task that has one (the other prompts stay as they were)
-_TWO_SIDED = VARIANT_CONVENTIONS[VARIANT_CONVENTIONS.index("- Two-sided window"):].strip()
+# its two-sided window line, told only to a task that has one (the other prompts stay as they were), and its line of
+# V's own head dim likewise
+_TWO_SIDED = VARIANT_CONVENTIONS[VARIANT_CONVENTIONS.index("- Two-sided window"):
+                                 VARIANT_CONVENTIONS.index("\nV's own head dim")].strip()
+_OWN_DV = VARIANT_CONVENTIONS[VARIANT_CONVENTIONS.index("- V's own head dim"):].strip()
 
 
 class Budget(BaseModel):
@@ -422,7 +425,7 @@ class Loop:
             return self._stop("done", "no faster program proposed after the timing feedback")
         reference = {"reference_tl": self.config.reference_tl} if self.config.reference_tl else {}
         check = self.env.check_tl(tl, t.variant, self.target, t.dtype, t.head_dim, full=True, **reference,
-                                  **self._scale())
+                                  **self._scale(), **t.dims)
         if not check.ok:
             return self._repair("params", check.repair or "repair_check", diagnostics=check.diagnostics,
                                 excerpt=check.excerpt, summary=check.summary, shape=check.shape)
@@ -491,9 +494,11 @@ class Loop:
         harness (flashgen.prompts.rules decides which of the target's rules each step gets), free of the
         package's internal names (flashgen.prompts.internal)."""
         t, target = self.task, self.target
-        common = dict(target=target, dtype=t.dtype.value, head_dim=t.head_dim, variant_name=t.variant.name,
+        common = dict(target=target, dtype=t.dtype.value, head_dim=t.head_dim, head_dim_v=t.head_dim_v,
+                      variant_name=t.variant.name,
                       variant_lines=_variant_lines(t.variant),
-                      semantics=_SEMANTICS + ("\n" + _TWO_SIDED if t.variant.two_sided else ""),
+                      semantics=_SEMANTICS + ("\n" + _TWO_SIDED if t.variant.two_sided else "")
+                      + ("\n" + _OWN_DV if t.head_dim_v is not None else ""),
                       rules=rules_for(phase, target, t.dtype, t.variant))
         if t.mods is not None:  # the score and mask functions, told with the task (the other prompts stay as they were)
             from flashgen.mods import prompt_lines
@@ -505,7 +510,7 @@ class Loop:
                 return prompts.render("sketch", tl_reference=reference, **common)
             return prompts.render("params", tl_reference=reference, sketch=self.state.sketch,
                                   hardware=self.env.hardware_facts(target), **common)
-        example_tl, example_cuda, example_manifest = self.env.worked_example(target, t.dtype, t.head_dim)
+        example_tl, example_cuda, example_manifest = self.env.worked_example(target, t.dtype, t.head_dim, **t.dims)
         shown = example_manifest.model_dump(mode="json")
         shown["notes"] = for_model(shown.get("notes") or "")
         return prompts.render("translate", tl=self.state.tl, abi_header=for_model_code(self.env.abi_header()),

@@ -58,13 +58,22 @@ class Task(BaseModel):
     head_dim: int
     mods: Mods | None = Field(default=None, description="score and mask functions on top of the variant "
                               "(flashgen.mods); None: the variant alone")
+    head_dim_v: int | None = Field(default=None, description="V's and O's own head dim (Dv); None: head_dim")
 
     @model_serializer(mode="wrap")
     def _without_no_mods(self, handler):
-        data = handler(self)  # a task without functions is recorded as before they existed
-        if isinstance(data, dict) and data.get("mods", ...) is None:
-            del data["mods"]
+        data = handler(self)  # a task without functions or a V head dim of its own is recorded as before they existed
+        if isinstance(data, dict):
+            for key in ("mods", "head_dim_v"):
+                if data.get(key, ...) is None:
+                    del data[key]
         return data
+
+    @property
+    def dims(self) -> dict[str, int]:
+        """The V head dim as keyword arguments of the environment's methods: {} where it is head_dim (so that an
+        environment written before head_dim_v existed is called as it always was)."""
+        return {"head_dim_v": self.head_dim_v} if self.head_dim_v is not None else {}
 
 
 class ModelRequest(BaseModel):

@@ -432,6 +432,17 @@ def _mod_tensor_fields(manifest: KernelManifest, views: dict[str, TensorView],
     return out
 
 
+def check_v_head_dim(manifest: KernelManifest, v: TensorView, o: TensorView | None = None) -> None:
+    """V's (and O's) last axis against the kernel's V head dim (manifest.dv): one line (ArrayError) otherwise."""
+    dv = manifest.dv
+    own = manifest.head_dim_v is not None
+    built = f"Dv={dv} (v (B, KVH, M, {dv}), o (B, H, N, {dv}))" if own else f"D={dv}, for q, k, v and o alike"
+    for name, view in (("v", v), ("o", o)):
+        if view is not None and len(view.shape) == 4 and view.shape[-1] != dv:
+            raise ArrayError(f"{name} has head dim {view.shape[-1]} (shape {tuple(view.shape)}) but the kernel was "
+                             f"built for {built}")
+
+
 def check_call_time(manifest: KernelManifest, q: TensorView, k: TensorView, alibi_slopes: TensorView | None,
                     tensors: dict[str, TensorView]) -> None:
     """A call's ALiBi slopes and call-time tensors against the manifest at the sizes of q (B, H, N, D) and
@@ -455,6 +466,8 @@ def build_params(manifest: KernelManifest, q: TensorView, k: TensorView, v: Tens
     kvh, m = k.shape[1], k.shape[2]
     if d != manifest.head_dim:
         raise ArrayError(f"head dim {d} but the kernel was built for D={manifest.head_dim}")
+    dv = manifest.dv
+    check_v_head_dim(manifest, v, o)
     if h % kvh:
         raise ArrayError(f"H={h} is not a multiple of KVH={kvh}")
     if h // kvh != manifest.variant.kv_group and manifest.variant.kv_group > 1:
@@ -462,8 +475,8 @@ def build_params(manifest: KernelManifest, q: TensorView, k: TensorView, v: Tens
     dt = manifest.dtype.value
     _check_tensor("q", q, dt)
     _check_tensor("k", k, dt, (b, kvh, m, d))
-    _check_tensor("v", v, dt, (b, kvh, m, d))
-    _check_tensor("o", o, dt, (b, h, n, d))
+    _check_tensor("v", v, dt, (b, kvh, m, dv))
+    _check_tensor("o", o, dt, (b, h, n, dv))
     if lse is not None:
         _check_tensor("lse", lse, "fp32", (b, h, n))
         if lse.strides[2] != 1:

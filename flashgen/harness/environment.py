@@ -82,11 +82,11 @@ class Timing(BaseModel):
 # The sizes the CPU interpreter runs each TL program at: several query and key blocks with ragged
 # ends, N != M both ways (bottom-right alignment; rows that see no key when N > M), two kv heads
 # each read by `kv_group` query heads.
-def interpret_shapes(variant: Variant, head_dim: int) -> list[Shape]:
+def interpret_shapes(variant: Variant, head_dim: int, head_dim_v: int | None = None) -> list[Shape]:
     kv_heads = 2
     heads = kv_heads * variant.kv_group
-    return [Shape(B=1, H=heads, KVH=kv_heads, N=77, M=133, D=head_dim),
-            Shape(B=1, H=heads, KVH=kv_heads, N=70, M=45, D=head_dim)]
+    return [Shape(B=1, H=heads, KVH=kv_heads, N=77, M=133, D=head_dim, DV=head_dim_v),
+            Shape(B=1, H=heads, KVH=kv_heads, N=70, M=45, D=head_dim, DV=head_dim_v)]
 
 
 # the shape timings and roofline estimates are given at (FlashAttention's usual benchmark size)
@@ -104,11 +104,13 @@ class Environment:
 
         return get_target(name)
 
-    def check_supported(self, variant: Variant, target, dtype: DType, head_dim: int) -> None:
-        """Raise UsageError (one line) when the translator cannot build this combination."""
+    def check_supported(self, variant: Variant, target, dtype: DType, head_dim: int,
+                        head_dim_v: int | None = None) -> None:
+        """Raise UsageError (one line) when the translator cannot build this combination (`head_dim_v`: V's and O's
+        own head dim, None: head_dim)."""
         from flashgen.translators.rules import plan_for_variant
 
-        plan_for_variant(variant, target, dtype, head_dim)  # raises UsageError naming the problem
+        plan_for_variant(variant, target, dtype, head_dim, head_dim_v=head_dim_v)  # raises UsageError naming it
 
     @staticmethod
     @lru_cache(maxsize=1)
@@ -141,15 +143,17 @@ class Environment:
                                                            "the rules below)"),
         ]
 
-    def worked_example(self, target, dtype: DType, head_dim: int) -> tuple[str, str, KernelManifest]:
+    def worked_example(self, target, dtype: DType, head_dim: int,
+                       head_dim_v: int | None = None) -> tuple[str, str, KernelManifest]:
         """A library program and its reference translation, for the stage-2 prompt. The plain
         variant (causal when asking for plain would show the answer verbatim is fine: the prompt
         says the variant differs only in the masks). Returns the TL, the CUDA and the launch manifest."""
         from flashgen.translators.params import choose_params
 
         example = Variant(causal=True)
+        dims = {"head_dim_v": head_dim_v} if head_dim_v is not None else {}
         tl = self.library_tl(example, target, dtype, head_dim, form="full",
-                             params=dict(choose_params(example, target, dtype, head_dim)))
+                             params=dict(choose_params(example, target, dtype, head_dim, **dims)), **dims)
         source, manifest = self.translate(tl, target)
         return tl, source, manifest
 
@@ -158,23 +162,25 @@ class Environment:
 
     # ----------------------------------------------------------------------------- TL
 
-    def choose_params(self, variant: Variant, target, dtype: DType, head_dim: int) -> list[dict[str, int]]:
+    def choose_params(self, variant: Variant, target, dtype: DType, head_dim: int,
+                      head_dim_v: int | None = None) -> list[dict[str, int]]:
         """Parameter candidates, best first: the choice of flashgen.translators.params (tuned file, measured
         table, defaults or model; what the expert writes first), then the rest of the search space that passes
         the CPU filters, in flashgen.translators.search's order (the expert moves down it after timing feedback)."""
         from flashgen.translators.params import choose_params
         from flashgen.translators.search import candidate_params
 
-        first = dict(choose_params(variant, target, dtype, head_dim))
-        return [first, *(p for p in candidate_params(variant, target, dtype, head_dim) if p != first)]
+        dims = {"head_dim_v": head_dim_v} if head_dim_v is not None else {}
+        first = dict(choose_params(variant, target, dtype, head_dim, **dims))
+        return [first, *(p for p in candidate_params(variant, target, dtype, head_dim, **dims) if p != first)]
 
     def params_source(self, variant: Variant, target, dtype: DType, head_dim: int,
-                      params: dict[str, Any]) -> dict[str, str]:
+                      params: dict[str, Any], head_dim_v: int | None = None) -> dict[str, str]:
         """Where a kernel's tile parameters came from: the choice's source (tuned, measured, defaults, model)
         when they are that choice, else 'provider' (a model's own, or the expert's next search candidate)."""
         from flashgen.translators.params import choose_params_with_source
 
-        choice = choose_params_with_source(variant, target, dtype, head_dim)
+        choice = choose_params_with_source(variant, target, dtype, head_dim, head_dim_v=head_dim_v)
         if all(params.get(k) == v for k, v in choice.params.items()):
             return {"source": choice.source, "detail": choice.detail}
         return {"source": "provider", "detail": "not the default choice: written by the provider (a model's own, "
@@ -195,11 +201,13 @@ class Environment:
         return {"backend": plan.backend, "why": [get_backend(plan.backend).choice_note(target), *notes]}
 
     def library_tl(self, variant: Variant, target, dtype: DType, head_dim: int, form: str,
-                   params: dict[str, int] | None = None, mods=None) -> str:
-        """The library's program; with `mods` (flashgen.mods.Mods) the score and mask functions written into it."""
+                   params: dict[str, int] | None = None, mods=None, head_dim_v: int | None = None) -> str:
+        """The library's program; with `mods` (flashgen.mods.Mods) the score and mask functions written into it;
+        `head_dim_v`: V's and O's own head dim (None: head_dim)."""
         from flashgen.tl_spec import library
 
-        text = library.render(variant, dtype=dtype, arch=target.arch, head_dim=head_dim, params=params, form=form)
+        text = library.render(variant, dtype=dtype, arch=target.arch, head_dim=head_dim, params=params, form=form,
+                              head_dim_v=head_dim_v)
         if mods is None:
             return text
         from flashgen.mods import apply
@@ -212,11 +220,13 @@ class Environment:
         return parse(text, filename)
 
     def check_tl(self, text: str, variant: Variant, target, dtype: DType, head_dim: int, full: bool,
-                 reference_tl: str | None = None, scale: float | None = None) -> CpuCheck:
+                 reference_tl: str | None = None, scale: float | None = None,
+                 head_dim_v: int | None = None) -> CpuCheck:
         """Parse; for a full program also check it and interpret it on the CPU against the fp64 reference: the
         variant's (flashgen.reference), or with `reference_tl` that program's own fp64 interpretation on the same
         inputs (a kernel computing what no Variant describes; the program itself when it is that text). `scale`:
-        the softmax scale both run with (None: 1/sqrt(D))."""
+        the softmax scale both run with (None: 1/sqrt(D)); `head_dim_v`: the task's V head dim (None: head_dim), the
+        shapes' DV."""
         from flashgen.tl_spec.diagnostics import (
             TLRuntimeError,
             TLSyntaxError,
@@ -250,7 +260,11 @@ class Environment:
             reference = self.parse(reference_tl, "reference.tl")
         from flashgen.reference import random_alibi_slopes
 
-        for i, shape in enumerate(interpret_shapes(variant, head_dim)):
+        if (program.target.head_dim_v or program.target.head_dim) != (head_dim_v or program.target.head_dim):
+            want = f"head_dim_v {head_dim_v}" if head_dim_v is not None else "no head_dim_v (V's head dim is D's)"
+            return CpuCheck(ok=False, repair="repair_check", diagnostics=[
+                f"kernel.tl:1:1: the Target line says V head dim {program.target.dv}; the task has {want}"])
+        for i, shape in enumerate(interpret_shapes(variant, head_dim, head_dim_v)):
             # ALiBi: the first shape with the standard slopes, the second with the caller's (B, H), as FlashAttention
             caller = variant.alibi and i == 1
             call = {"alibi_slopes": random_alibi_slopes(shape.B, shape.H, i, per_batch=True)} if caller else None
@@ -279,21 +293,21 @@ class Environment:
                        "read the slope of batch b, head h as alibi_slopes[b, h]") if caller else ""
                 return CpuCheck(ok=False, repair="repair_interpret", shape=_shape_text(shape),
                                 summary=check.detail + why)
-        return CpuCheck(ok=True, counts=self._roofline_counts(program, variant, head_dim))
+        return CpuCheck(ok=True, counts=self._roofline_counts(program, variant, head_dim, head_dim_v))
 
     @staticmethod
-    def _roofline_counts(program, variant: Variant, head_dim: int) -> dict[str, Any]:
+    def _roofline_counts(program, variant: Variant, head_dim: int, head_dim_v: int | None = None) -> dict[str, Any]:
         """OpCounts at the benchmark's shape (ROOFLINE_SHAPE). Every (batch, kv head) group runs the same
         program, so one group is interpreted and its counts scaled."""
         from flashgen.tl_spec.interpreter import interpret
 
         big = ROOFLINE_SHAPE
-        one = Shape(B=1, H=variant.kv_group, KVH=1, N=big.N, M=big.M, D=head_dim)
+        one = Shape(B=1, H=variant.kv_group, KVH=1, N=big.N, M=big.M, D=head_dim, DV=head_dim_v)
         counts = interpret(program, one, seed=0).counts
         factor = big.B * big.H / one.H
         return {"mma_flops": counts.mma_flops * factor, "vector_flops": counts.vector_flops * factor,
                 "sfu_ops": counts.sfu_ops * factor, "bytes": {k: v * factor for k, v in counts.bytes.items()},
-                "shape": _shape_text(Shape(B=big.B, H=big.H, N=big.N, M=big.M, D=head_dim))}
+                "shape": _shape_text(Shape(B=big.B, H=big.H, N=big.N, M=big.M, D=head_dim, DV=head_dim_v))}
 
     def format_tl(self, text: str) -> str:
         from flashgen.tl_spec.printer import format_program
@@ -377,7 +391,8 @@ class Environment:
         from flashgen.harness.worker import KernelInput
 
         big = ROOFLINE_SHAPE
-        shape = Shape(B=big.B, H=big.H, KVH=big.H // manifest.variant.kv_group, N=big.N, M=big.M, D=manifest.head_dim)
+        shape = Shape(B=big.B, H=big.H, KVH=big.H // manifest.variant.kv_group, N=big.N, M=big.M, D=manifest.head_dim,
+                      DV=manifest.head_dim_v)
         result = self._worker().bench([KernelInput(manifest=manifest, source=source)], [shape], scale=scale)
         if not result.ok:
             return Timing(ran=False, shape=_shape_text(shape))
@@ -441,7 +456,8 @@ def _nvcc_release(version_text: str) -> str:
 
 
 def _shape_text(shape: Shape) -> str:
-    return f"B={shape.B},H={shape.H},KVH={shape.kv_heads},N={shape.N},M={shape.M},D={shape.D}"
+    return (f"B={shape.B},H={shape.H},KVH={shape.kv_heads},N={shape.N},M={shape.M},D={shape.D}"
+            + (f",DV={shape.DV}" if shape.DV is not None else ""))
 
 
 def _excerpt(text: str, line: int | None, context: int = 2) -> str:

@@ -96,16 +96,17 @@ def _launch_all(spec_path: str) -> int:
         d, kvh = manifest.head_dim, max(1, h // manifest.variant.kv_group)
         bf16 = manifest.dtype.value == "bf16"
 
-        def rand(heads, rows):
-            x = rng.standard_normal((b, heads, rows, d), dtype=cp.float32)
+        def rand(heads, rows, cols=d):
+            x = rng.standard_normal((b, heads, rows, cols), dtype=cp.float32)
             if bf16:  # raw bf16 words, rounded to nearest even
                 u = x.view(cp.uint32)
                 return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
             return x.astype(cp.float16 if manifest.dtype.value == "fp16" else cp.float32)
 
-        q, k, v = rand(h, n), rand(kvh, m), rand(kvh, m)
+        dv = manifest.dv  # V's and O's head dim
+        q, k, v = rand(h, n), rand(kvh, m), rand(kvh, m, dv)
         nan_word = 0x7FC0  # bf16 NaN
-        o = cp.full((b, h, n, d), nan_word, dtype=cp.uint16) if bf16 else cp.full((b, h, n, d), cp.nan, dtype=q.dtype)
+        o = cp.full((b, h, n, dv), nan_word, dtype=cp.uint16) if bf16 else cp.full((b, h, n, dv), cp.nan, dtype=q.dtype)
         lse = cp.full((b, h, n), cp.nan, dtype=cp.float32) if manifest.variant.return_lse else None
         from flashgen.tl_spec.tensors import fill_all, sizes_of
         from flashgen.variant import Shape

@@ -36,7 +36,7 @@ from flashgen.harness.bench import (
     speedup,
 )
 from flashgen.roofline import OpCounts
-from flashgen.variant import DType, Shape, Variant
+from flashgen.variant import DType, Shape, Variant, check_head_dim_v
 
 SUITES = tuple(SUITE_GRIDS)
 ARCH_PATHS = ("sm_90", "sm_80", "sm_75")
@@ -79,21 +79,25 @@ def translation_target(gpu: str, arch_override: str | None = None):
 
 
 def build_expert_kernel(gpu: str, dtype: DType | str, variant: Variant, head_dim: int,
-                        arch_override: str | None = None, env=None) -> tuple[str, KernelManifest, str]:
+                        arch_override: str | None = None, env=None,
+                        head_dim_v: int | None = None) -> tuple[str, KernelManifest, str]:
     """(CUDA source, manifest, full TL) of the expert's kernel: the library's full program with the
     first `choose_params` candidate, through the reference translator (what the expert provider answers
     on its first try). Raises FlashgenError (one line) for a combination the translator cannot build.
     The first candidate is flashgen.translators.params' choice, asked for alone: the CPU screen of the whole
-    search space behind the other candidates takes seconds a kernel, and only the expert's later tries need it."""
+    search space behind the other candidates takes seconds a kernel, and only the expert's later tries need it.
+    `head_dim_v`: V's and O's own head dim (None, or head_dim: the kernel of one head dim)."""
     from flashgen.harness.environment import Environment
     from flashgen.translators.params import choose_params
 
     env = env or Environment()
     dtype = DType(getattr(dtype, "value", dtype))
     target = translation_target(gpu, arch_override)
-    env.check_supported(variant, target, dtype, head_dim)
-    params = dict(choose_params(variant, target.name, dtype, head_dim))
-    tl = env.library_tl(variant, target, dtype, head_dim, form="full", params=params)
+    head_dim_v = check_head_dim_v(head_dim_v, head_dim)
+    dims = {"head_dim_v": head_dim_v} if head_dim_v is not None else {}
+    env.check_supported(variant, target, dtype, head_dim, **dims)
+    params = dict(choose_params(variant, target.name, dtype, head_dim, **dims))
+    tl = env.library_tl(variant, target, dtype, head_dim, form="full", params=params, **dims)
     source, manifest = env.translate(tl, target)
     return source, manifest, tl
 

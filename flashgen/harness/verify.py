@@ -77,7 +77,8 @@ class CheckCase(BaseModel):
         kvh = f",KVH={s.kv_heads}" if s.kv_heads != s.H else ""
         mag = f", x{self.magnitude:g} magnitude" if self.magnitude != 1.0 else ""
         slopes = {"standard": "", "H": ", caller ALiBi slopes (H)", "BH": ", caller ALiBi slopes (B, H)"}[self.alibi_slopes]
-        return f"{self.name} (B={s.B},H={s.H}{kvh},N={s.N},M={s.M},D={s.D}, layout {self.layout}{mag}{slopes})"
+        dv = f",DV={s.DV}" if s.DV is not None else ""
+        return f"{self.name} (B={s.B},H={s.H}{kvh},N={s.N},M={s.M},D={s.D}{dv}, layout {self.layout}{mag}{slopes})"
 
 
 class RunCheck(BaseModel):
@@ -135,7 +136,7 @@ def default_cases(manifest: KernelManifest) -> list[CheckCase]:
     kvh = heads // g if g > 1 else None
 
     def shape(b: int, n: int, m: int, h: int = heads) -> Shape:
-        return Shape(B=b, H=h, N=n, M=m, D=d, KVH=(h // g if g > 1 else None))
+        return Shape(B=b, H=h, N=n, M=m, D=d, KVH=(h // g if g > 1 else None), DV=manifest.head_dim_v)
 
     if v.split_kv:  # decode: few query rows, long keys
         cases = [CheckCase(name="decode", shape=shape(2, 1, 1000)),
@@ -353,8 +354,8 @@ class _DeviceCase:
 
         self.q_phys, self.q = alloc((s.B, s.H, s.N, s.D))
         self.k_phys, self.k = alloc((s.B, s.kv_heads, s.M, s.D))
-        self.v_phys, self.v = alloc((s.B, s.kv_heads, s.M, s.D))
-        self.o_phys, self.o = alloc((s.B, s.H, s.N, s.D))
+        self.v_phys, self.v = alloc((s.B, s.kv_heads, s.M, s.dv))
+        self.o_phys, self.o = alloc((s.B, s.H, s.N, s.dv))
         self.lse = cp.empty((s.B, s.H, s.N), dtype=cp.float32) if with_lse else None
         slopes = {"H": (s.H,), "BH": (s.B, s.H)}.get(case.alibi_slopes) if manifest and manifest.variant.alibi else None
         self.slopes = cp.empty(slopes, dtype=cp.float32) if slopes else None
@@ -446,8 +447,9 @@ def verify_kernel(kernel, cases: list[CheckCase] | None = None, seed: int | None
     for case_no, case in enumerate(cases):
         if failures >= stop_after_failures:
             break
-        if case.shape.D != manifest.head_dim:
-            case = case.model_copy(update={"shape": case.shape.model_copy(update={"D": manifest.head_dim})})
+        if case.shape.D != manifest.head_dim or case.shape.DV != manifest.head_dim_v:  # the kernel's head dims
+            case = case.model_copy(update={"shape": case.shape.model_copy(update={"D": manifest.head_dim,
+                                                                                  "DV": manifest.head_dim_v})})
         dev = _DeviceCase(cp, case, dtype, with_lse, manifest)
         result = CaseResult(case=case, ok=True)
         for run in range(1, runs_per_case + 1):
@@ -508,7 +510,7 @@ def reference_outputs(manifest: KernelManifest, q: np.ndarray, k: np.ndarray, v:
 
     program = parse(manifest.reference_tl, filename=f"<{manifest.name} reference TL>")
     b, h, n, d = q.shape
-    shape = Shape(B=b, H=h, N=n, M=k.shape[2], D=d, KVH=k.shape[1])
+    shape = Shape(B=b, H=h, N=n, M=k.shape[2], D=d, KVH=k.shape[1], DV=v.shape[-1] if v.shape[-1] != d else None)
     outputs = interpret(program, shape, inputs={"Q": q, "K": k, "V": v, **call_time}, scale=scale).outputs
     return outputs["O"], outputs.get("LSE")
 

@@ -112,8 +112,9 @@ FUNCTIONS: dict[str, int] = {f.name: f.arity for f in operators.FUNCTIONS.values
 SFU_FUNCTIONS = frozenset(f.name for f in operators.FUNCTIONS.values() if f.sfu)
 REDUCTIONS = frozenset(f.name for f in operators.FUNCTIONS.values() if f.reduction)
 
-#: runtime sizes: batch, heads, kv heads, query length, key length, head dim, H // KVH
-SIZE_NAMES = ("B", "H", "KVH", "N", "M", "D", "KV_GROUP")
+#: runtime sizes: batch, heads, kv heads, query length, key length, head dim, H // KVH, V's and O's head dim (the
+#: Target line's head_dim_v; D where it has none)
+SIZE_NAMES = ("B", "H", "KVH", "N", "M", "D", "KV_GROUP", "DV")
 #: numeric constants
 CONSTANTS = {"inf": float("inf"), "log2e": 1.4426950408889634, "ln2": 0.6931471805599453}
 #: the runtime softmax scale (1/sqrt(D) unless the caller gives one)
@@ -373,12 +374,19 @@ BLOCK_TYPES = (Kernel, ForLoop, Role)
 # --------------------------------------------------------------------------- header and program
 
 class TargetDecl(Node):
-    """`Target ARCH dtype DT accum fp32 head_dim D`: what the program is written for."""
+    """`Target ARCH dtype DT accum fp32 head_dim D [head_dim_v DV]`: what the program is written for. `head_dim_v`:
+    V's and O's own head dim (V [B, KVH, M, DV], O [B, H, N, DV]; Q K^T over D, P V over DV), None where it is D."""
 
     arch: str = Field(description="sm_75, sm_80, sm_86, sm_89, sm_90")
     dtype: DType
     accum: DType = DType.fp32
     head_dim: int
+    head_dim_v: int | None = None
+
+    @property
+    def dv(self) -> int:
+        """The size DV: head_dim_v, or head_dim where the line gives none."""
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
 
 
 class Program(Node):

@@ -20,7 +20,7 @@ from flashgen.tl_spec.printer import format_expr
 from flashgen.tl_spec.roles import RoleRules
 from flashgen.tl_spec.symbols import Ctx as _Ctx
 from flashgen.tl_spec.symbols import Sym as _Sym
-from flashgen.variant import DType, head_dim_problem
+from flashgen.variant import DType, head_dim_problem, head_dim_v_problem
 
 # probe values for runtime sizes: distinct, not multiples of common tiles
 _PROBES = ({"B": 3, "H": 12, "KVH": 4, "N": 1001, "M": 1237}, {"B": 5, "H": 20, "KVH": 5, "N": 517, "M": 389})
@@ -279,8 +279,8 @@ class _Checker:
         for name in (*ast.SIZE_NAMES, *ast.CONSTANTS, *ast.RUNTIME_SCALARS):
             vals = []
             for probe in _PROBES:
-                env = {**probe, "D": head_dim, "KV_GROUP": probe["H"] // probe["KVH"], "scale": 0.125,
-                       **ast.CONSTANTS}
+                env = {**probe, "D": head_dim, "DV": p.target.dv, "KV_GROUP": probe["H"] // probe["KVH"],  # type: ignore
+                       "scale": 0.125, **ast.CONSTANTS}
                 vals.append(env[name])
             builtins[name] = _Sym(name, "builtin", probe=(vals[0], vals[1]))
         if p.variant is None:
@@ -336,6 +336,8 @@ class _Checker:
         head_dim_ok = (problem := head_dim_problem(t.head_dim)) is None
         if not head_dim_ok:
             self.err(t, problem)
+        if t.head_dim_v is not None and (problem := head_dim_v_problem(t.head_dim_v)) is not None:
+            self.err(t, problem)
         if mma is not None:
             # a head dim short of the k-step is no error: the kernel pads its tiles with zero columns
             # (flashgen.translators.plan.padded_head_dim), so only the contract above binds it
@@ -372,6 +374,8 @@ class _Checker:
         declared = {a.name: a for a in p.global_allocations}
         anchor = p.target
         for name, (dims, dtype_rule) in _EXPECTED_GLOBALS.items():
+            if name in ("V", "O") and p.target is not None and p.target.head_dim_v is not None:
+                dims = [*dims[:-1], "DV"]  # V's and O's own head dim
             alloc = declared.get(name)
             needed = name != "LSE" or (p.variant is not None and p.variant.return_lse)
             if alloc is None:
@@ -717,7 +721,7 @@ class _Checker:
                      "make BLOCK_M a multiple of 16 * WARPS")
         # the head dim is checked on its own (check_params); as a GEMM's k the kernel pads it with zero columns
         head_dim = self.p.target.head_dim
-        if n % mma.n and n != head_dim:
+        if n % mma.n and n not in (head_dim, self.p.target.dv):
             self.err(stmt, f"the GEMM's n = {n} is not a multiple of {mma.n} ({mma.instruction})")
         if k % mma.k and k != head_dim:
             self.err(stmt, f"the GEMM's k = {k} is not a multiple of {mma.k} ({mma.instruction})")

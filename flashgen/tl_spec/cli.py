@@ -63,7 +63,8 @@ def check_cmd(
 @tl_app.command("run")
 def run_cmd(
     file: str = typer.Argument(..., help="a full TL program"),
-    shape: str = typer.Option("B=2,H=4,N=200,M=333,D=64", "--shape", help="B=..,H=..,N=..,M=..,D=..[,KVH=..]"),
+    shape: str = typer.Option("B=2,H=4,N=200,M=333,D=64", "--shape", help="B=..,H=..,N=..,M=..,D=..[,KVH=..]"
+                              "[,DV=..] (DV: V's head dim; default the program's head_dim_v)"),
     seed: int = typer.Option(0, "--seed", help="seed of the random inputs"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON object"),
     tol: float = typer.Option(1e-6, "--tol", help="largest relative error that passes"),
@@ -91,6 +92,9 @@ def run_cmd(
         for d in problems:
             err.print(str(d))
         raise typer.Exit(1)
+    if parsed_shape.DV is None and program.target.head_dim_v is not None and parsed_shape.D == program.target.head_dim:
+        parsed_shape = parsed_shape.model_copy(update={"DV": program.target.head_dim_v})  # V's own head dim
+        _check_cpu_size(shape, parsed_shape)
     result = compare(program, parsed_shape, seed)
     passed = result.rel_err <= tol
     if as_json:
@@ -118,7 +122,8 @@ MAX_CPU_ARRAY_VALUES = 1 << 27
 
 
 def _check_cpu_size(text: str, s) -> None:
-    sizes = {"B*H*N*D": s.B * s.H * s.N * s.D, "B*KVH*M*D": s.B * s.kv_heads * s.M * s.D, "N*M": s.N * s.M}
+    sizes = {"B*H*N*D": s.B * s.H * s.N * max(s.D, s.dv), "B*KVH*M*D": s.B * s.kv_heads * s.M * max(s.D, s.dv),
+             "N*M": s.N * s.M}
     name, biggest = max(sizes.items(), key=lambda kv: kv[1])
     if biggest > MAX_CPU_ARRAY_VALUES:
         raise UsageError(f"--shape {text!r}: {name} = {biggest} values; a CPU run allows at most "

@@ -166,7 +166,7 @@ class _Run:
         assert t is not None and program.variant is not None
         self.constants: dict[str, float | int] = dict(ast.CONSTANTS)
         self.constants.update({"B": shape.B, "H": shape.H, "KVH": shape.kv_heads, "N": shape.N, "M": shape.M,
-                               "D": shape.D, "KV_GROUP": shape.H // shape.kv_heads, "scale": scale})
+                               "D": shape.D, "KV_GROUP": shape.H // shape.kv_heads, "scale": scale, "DV": shape.dv})
         if program.variant.softcap is not None:
             self.constants["softcap"] = float(program.variant.softcap)
         if program.variant.window is not None:
@@ -939,6 +939,10 @@ def interpret(program: ast.Program, shape: Shape, seed: int = 0, inputs: dict[st
     if shape.D != program.target.head_dim:
         raise UsageError(f"{program.filename}: the program is written for head_dim {program.target.head_dim}, "
                          f"the shape has D={shape.D}")
+    if shape.dv != program.target.dv:
+        raise UsageError(f"{program.filename}: the program is written for V head dim {program.target.dv}"
+                         f"{'' if program.target.head_dim_v is not None else ' (its head_dim: no head_dim_v)'}, the "
+                         f"shape has {'DV' if shape.DV is not None else 'D'}={shape.dv}")
     inputs = dict(inputs or {})
     if not all(name in inputs for name in INPUT_NAMES):
         q, k, v = random_inputs(shape, seed)

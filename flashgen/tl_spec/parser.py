@@ -29,7 +29,7 @@ GRAMMAR = r"""
 start: target | variant | params | kernel | end | for_loop | allocate | copy | gemm | osm | assign | reshape | let
      | role | acquire | wait | release | tensor_decl
 
-target: "Target" NAME "dtype" NAME ["accum" NAME] "head_dim" NUMBER
+target: "Target" NAME "dtype" NAME ["accum" NAME] "head_dim" NUMBER ["head_dim_v" NUMBER]
 variant: "Variant" vitem*
 vitem: NAME ["=" (NUMBER | NAME)]
 params: "Params" [param ("," param)*]
@@ -96,7 +96,7 @@ NUMBER: /([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][-+]?[0-9]+)?/
 
 #: the expected form of each statement, shown as the hint of a syntax error on a line starting with it
 FORMS = {
-    "Target": "Target sm_80 dtype fp16 accum fp32 head_dim 64",
+    "Target": "Target sm_80 dtype fp16 accum fp32 head_dim 64 [head_dim_v 128: V's and O's own head dim]",
     "Variant": "Variant softmax causal window=256 alibi softcap=30 kv_group=2 return_lse split_kv (only what applies)",
     "Params": "Params BLOCK_M = 64, BLOCK_N = 64, WARPS = 4, STAGES = 2",
     "Kernel": "Kernel NAME, closed by `end`",
@@ -215,8 +215,8 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def target(self, meta, items):
-        arch, dtype, accum, head_dim = items
-        return ("target", (arch, dtype, accum, head_dim), self._loc(meta))
+        arch, dtype, accum, head_dim, head_dim_v = items
+        return ("target", (arch, dtype, accum, head_dim, head_dim_v), self._loc(meta))
 
     @v_args(meta=True)
     def variant(self, meta, items):
@@ -497,12 +497,14 @@ def parse(text: str, filename: str = "<tl>") -> ast.Program:
                                 "the header (Target, Variant, Params) comes first")
                 seen_header.add(kind)
                 if kind == "target":
-                    arch, dtype, accum, head_dim = payload
+                    arch, dtype, accum, head_dim, head_dim_v = payload
                     if not re.fullmatch(r"sm_\d+a?", str(arch)):
                         raise _Diag(arch.column, f"unknown arch '{arch}'", "sm_75, sm_80, sm_86, sm_89 or sm_90")
                     program.target = ast.TargetDecl(arch=str(arch), dtype=_dtype(dtype),
                                                     accum=_dtype(accum, "accumulator dtype") or DType.fp32,
-                                                    head_dim=_positive_int(head_dim, "head_dim"), loc=loc)
+                                                    head_dim=_positive_int(head_dim, "head_dim"),
+                                                    head_dim_v=None if head_dim_v is None
+                                                    else _positive_int(head_dim_v, "head_dim_v"), loc=loc)
                 elif kind == "variant":
                     program.variant = _variant(payload, loc.col)
                 else:

@@ -156,7 +156,8 @@ def format_program(program: ast.Program) -> str:
     lines: list[str] = []
     if program.target is not None:
         t = program.target
-        lines.append(f"Target {t.arch} dtype {t.dtype.value} accum {t.accum.value} head_dim {t.head_dim}")
+        lines.append(f"Target {t.arch} dtype {t.dtype.value} accum {t.accum.value} head_dim {t.head_dim}"
+                     + (f" head_dim_v {t.head_dim_v}" if t.head_dim_v is not None else ""))
     if program.variant is not None:
         lines.append(format_variant(program.variant))
     if program.params:

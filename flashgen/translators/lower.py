@@ -14,7 +14,9 @@ What it looks for in the one kernel holding the GEMMs (a second kernel is allowe
     * `S = S * c` with c a product of constants and `scale`: a change of units (tracked, not emitted);
     * `S = where(cond, S, -inf)` (or `where(cond, -inf, S)`, `S + where(cond, 0, -inf)`): a mask; the
       conjuncts of cond become the visibility predicate (the key tail `k_idx < M` is the kernel's own),
-      and a box bound over the tile's rows/keys gives `mask_tile` when cond is linear in q_idx/k_idx;
+      and a box bound over the tile's rows/keys gives `mask_tile` when cond is linear in q_idx/k_idx; interval
+      bounds over the tile (flashgen.translators.tiles) give `skip_tile` (the tiles no key of which can be visible,
+      the Variant line's own masks left to the key loop's range) and `mask_tile` for the other conditions;
     * anything else: a score modification, an fp32 C expression in the plan's `s` (natural units,
       already times p.scale), with block-invariant factors hoisted into prologue constants;
 - the normalization: `OnlineSoftmax` (or its explicit steps, recognised by running them on sample tiles
@@ -45,6 +47,7 @@ from flashgen.errors import UsageError
 from flashgen.targets import Target, resolve_target
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.printer import format_expr, format_program
+from flashgen.translators import tiles
 from flashgen.translators.backends import BACKENDS, backend_for, get_backend
 from flashgen.translators.backends.sm90 import dataflow as hopper
 from flashgen.translators.cexpr import (
@@ -73,7 +76,7 @@ from flashgen.translators.plan import (
     mod_tensor_c,
     tile_fields,
 )
-from flashgen.variant import Norm, Shape
+from flashgen.variant import Norm, Shape, head_dim_v_problem, head_dims_tag
 
 LOG2E = ast.CONSTANTS["log2e"]
 _REL_TOL = 1e-9
@@ -237,6 +240,7 @@ class _Lowering:
     fast_math: bool = False
     backend_name: str | None = None  # a code path other than the target's choice (sm80 on an H200, to compare)
     notes: list[str] = field(default_factory=list)
+    skip_tile: str = field(default="false", init=False)  # the plan's skip_tile (visibility() sets it)
 
     def __post_init__(self) -> None:
         self.arch = self.target.arch
@@ -265,12 +269,16 @@ class _Lowering:
         assert decl is not None
         if (problem := self.backend.head_dim_problem(decl.head_dim)) is not None:
             raise self.fail(decl, problem)
+        if decl.head_dim_v is not None and (problem := head_dim_v_problem(decl.head_dim_v)) is not None:
+            raise self.fail(decl, problem)
         if decl.accum.value != "fp32":
             raise self.fail(decl, f"accum {decl.accum.value} is not supported by the {self.arch} translator "
                                   "(supported: fp32)")
         if decl.arch != self.arch:
             self.notes.append(f"the program was written for {decl.arch}; translated for {self.arch}")
         self.dtype, self.head_dim = decl.dtype, decl.head_dim
+        # V's and O's own head dim (the Target line's head_dim_v); one equal to D makes the kernel of one head dim
+        self.head_dim_v = None if decl.head_dim_v in (None, decl.head_dim) else decl.head_dim_v
         chosen = backend_for(self.target, self.variant, self.dtype) if not self.backend_name else self.backend
         self.flow: hopper.HopperDataflow | None = None
         if ast.role_program(prog):
@@ -501,9 +509,11 @@ class _Lowering:
                                f"keep the shared tile {self.dtype.value})")
 
     def check_rows(self, s: ast.Copy, ref: ast.Ref, var_role: str, block: str, kv: bool) -> None:
-        """Q[b, h, m*BLOCK_M : +BLOCK_M, 0 : D] or K/V[b, h (// KV_GROUP), n*BLOCK_N : +BLOCK_N, 0 : D]."""
+        """Q[b, h, m*BLOCK_M : +BLOCK_M, 0 : D] or K/V[b, h (// KV_GROUP), n*BLOCK_N : +BLOCK_N, 0 : D] (V's columns
+        0 : DV where the Target line gives V a head dim of its own)."""
+        width = "DV" if ref.name == "V" and self.program.target.head_dim_v is not None else "D"
         want = (f"{ref.name}[b, h{' // KV_GROUP' if kv and self.variant.kv_group > 1 else ''}, "
-                f"{'k0 : k0 + BLOCK_N' if kv else 'q0 : q0 + BLOCK_M'}, 0 : D]")
+                f"{'k0 : k0 + BLOCK_N' if kv else 'q0 : q0 + BLOCK_M'}, 0 : {width}]")
         idx = ref.index or []
         if len(idx) != 4 or not isinstance(idx[0], ast.Point) or not isinstance(idx[1], ast.Point) \
                 or not isinstance(idx[2], ast.Slice) or not isinstance(idx[3], ast.Slice):
@@ -513,7 +523,7 @@ class _Lowering:
         start, stop = self.inline(rows.start), self.inline(rows.stop)
         ok = (_same(b, _N(self.grid["batch"])) and _same(start, _bin("*", _N(var or "?"), _N(block)))
               and _same(stop, _bin("+", start, _N(block))) and _is_zero(self.inline(cols.start))
-              and _same(self.inline(cols.stop), _N("D")))
+              and _same(self.inline(cols.stop), _N(width)))
         hv = _N(self.grid["head"])
         if kv:
             grouped = any(_same(h, _bin("//", hv, g)) for g in (_N("KV_GROUP"), _bin("//", _N("H"), _N("KVH"))))
@@ -824,7 +834,8 @@ class _Lowering:
         return substitute(expr, {"scale": _num(0.125)})
 
     def sample_sizes(self) -> dict[str, Any]:
-        sizes = {"M": 37, "N": 29, "H": 4, "B": 2, "D": self.head_dim, "KV_GROUP": self.variant.kv_group,
+        sizes = {"M": 37, "N": 29, "H": 4, "B": 2, "D": self.head_dim, "DV": self.head_dim_v or self.head_dim,
+                 "KV_GROUP": self.variant.kv_group,
                  "KVH": 4 // max(1, self.variant.kv_group) or 1, "diag": 8, **self.params}
         if self.variant.softcap is not None:
             sizes["softcap"] = self.variant.softcap
@@ -882,7 +893,7 @@ class _Lowering:
         return go(poly)
 
     def invariant_names(self) -> set[str]:
-        return ({"M", "N", "H", "B", "D", "KV_GROUP", "diag", "softcap", "window", "window_left", "window_right", "inf",
+        return ({"M", "N", "H", "B", "D", "DV", "KV_GROUP", "diag", "softcap", "window", "window_left", "window_right", "inf",
                  self.grid["head"]}
                 | ({self.grid["batch"]} if "batch" in self.grid else set())
                 | set(self.params) | set(ast.CONSTANTS) | {p.name for p in self.prologue})
@@ -947,11 +958,65 @@ class _Lowering:
             texts.append(self.compile(element, "score", stmt))
             tile_tests.append(self.tile_violation(c, stmt))
         visible = " && ".join(f"({t})" if len(kept) > 1 and ("||" in t or "?" in t) else t for t in texts)
+        bounds = [self.interval_test(c) for c, _ in kept]
+        self.skip_tile = self.skip_test(kept, bounds)
+        # a condition the linear box test does not take: masked where its interval bounds say it may fail
+        tile_tests = [t if t is not None else b.may_fail_c() for t, b in zip(tile_tests, bounds)]
         if any(t is None for t in tile_tests):
-            self.notes.append("a visibility condition is not linear in q_idx/k_idx: every key tile is masked")
+            self.notes.append("a visibility condition is neither linear in q_idx/k_idx nor bounded over a tile "
+                              "(flashgen.translators.tiles): every key tile is masked")
             return visible, "true"
         mask_tile = " || ".join(f"({t})" if len(tile_tests) > 1 else t for t in tile_tests)  # type: ignore[misc]
         return visible, mask_tile
+
+    def interval_test(self, c: Any) -> tiles.Cond:
+        """The interval bounds of condition c over a tile (flashgen.translators.tiles): its leaves are the tile C's
+        block-invariant ints (sizes, the head and batch index, prologue constants, a tensor read at block-invariant
+        indices hoisted into one)."""
+        env = self.env("tile")
+        invariant = self.invariant_names()
+
+        def leaf(e: Any) -> tiles.Leaf | None:
+            if isinstance(e, ast.Subscript):
+                if not _names(e) <= invariant:
+                    return None  # a read at the tile's positions: the caller's values are not bounded
+                e = self.hoist_reads(e)
+            info = env.names.get(e.id) if isinstance(e, ast.Name) else None
+            if info is None or info.ctype != "int" or info.c is None:
+                return None
+            return tiles.Leaf(c=info.c, expr=e, positive=info.positive, nonneg=info.nonneg)
+
+        return tiles.analyse(c, leaf)
+
+    def own_masks(self) -> list[Poly]:
+        """The Variant line's own masks (flashgen.variant: causal, the sliding window, a two-sided window's sides) as
+        `L <= 0`: the key loop's range is what bounds them (the library's programs stop it at the diagonal and the
+        window), so the tile skip test leaves them out."""
+        v = self.variant
+        row_key = _bin("-", _bin("+", _N("q_idx"), _N("M")), _N("N"))  # row q_idx's own key, q_idx + M - N
+        conds = []
+        if v.causal:
+            conds.append(_bin("<=", _N("k_idx"), row_key))
+        if v.window is not None:
+            conds.append(_bin("<", _bin("-", row_key, _N("k_idx")), _num(v.window)))
+        if v.window_right is not None:
+            conds.append(_bin("<=", _N("k_idx"), _bin("+", row_key, _num(v.window_right))))
+        if v.window_left is not None:
+            conds.append(_bin("<=", _bin("-", row_key, _N("k_idx")), _num(v.window_left)))
+        return [p for p in (self.as_le_zero(c) for c in conds) if p is not None]
+
+    def skip_test(self, kept: list[tuple[Any, Any]], bounds: list[tiles.Cond]) -> str:
+        """plan.skip_tile: some condition provably holds nowhere in the tile, so no key of it is visible. The Variant
+        line's own masks are left to the key loop's range (own_masks); "false" where nothing is left to test."""
+        own = self.own_masks()
+        tests = []
+        for (c, _), b in zip(kept, bounds):
+            le = self.as_le_zero(c)
+            if le is not None and any(le.add(o, -1).terms == {} for o in own):
+                continue
+            if (test := b.never_c()) is not None and test not in tests:
+                tests.append(test)
+        return " || ".join(tests) or "false"
 
     def hoist_reads(self, expr: Any) -> Any:
         """Tensor reads at block-invariant indices (`LEN[b]`) -> prologue constants (read once per block, not per
@@ -1172,6 +1237,7 @@ class _Lowering:
             "M": NameInfo("seqlen_k", positive=True), "N": NameInfo("seqlen_q", positive=True),
             "H": NameInfo("heads", positive=True), "B": NameInfo("batch", positive=True),
             "D": NameInfo(value=self.head_dim, positive=True), "KV_GROUP": NameInfo(value=self.variant.kv_group),
+            "DV": NameInfo(value=self.head_dim_v or self.head_dim, positive=True),
             "diag": NameInfo("diag"), "BLOCK_M": NameInfo("BLOCK_M", positive=True),
             "BLOCK_N": NameInfo("BLOCK_N", positive=True),
             self.grid["head"]: NameInfo("head", **pos, below="heads"),
@@ -1274,7 +1340,7 @@ class _Lowering:
 
         # as before the backends: Params a program leaves out come from the tables or the model, not a tuned file
         defaults = choose_params(self.variant, self.target, self.dtype, self.head_dim, tuned=False,
-                                 backend=self.backend.name)
+                                 backend=self.backend.name, head_dim_v=self.head_dim_v)
         params = {**defaults, **{k: v for k, v in self.params.items() if k in TILE_KEYS}}
         if self.flow is not None:
             self.role_params(params)
@@ -1290,16 +1356,16 @@ class _Lowering:
             if k not in self.params:
                 self.notes.append(f"{k} not in Params: {params[k]} chosen by flashgen.translators.params")
         kernel_name = name or re.sub(r"\W", "_", f"fg_{self.kernel.name}_{self.variant.name}_{self.dtype.value}_"
-                                                  f"d{self.head_dim}_{self.arch}")
+                                                  f"{head_dims_tag(self.head_dim, self.head_dim_v)}_{self.arch}")
         try:
             return KernelPlan(
                 name=kernel_name, arch=self.arch, target=self.target, backend=self.backend.name, dtype=self.dtype,
-                head_dim=self.head_dim,
+                head_dim=self.head_dim, head_dim_v=self.head_dim_v,
                 **tile_fields(params, self.variant),
                 variant=self.variant.model_copy(update={"return_lse": write_lse})
                 if not self.variant.split_kv and write_lse != self.variant.return_lse else self.variant,
                 score_mods=mods, prologue=prologue, visible=visible, norm=norm, write_lse=write_lse,
-                kv_tile_begin=begin, kv_tile_end=end, mask_tile=mask_tile)
+                kv_tile_begin=begin, kv_tile_end=end, mask_tile=mask_tile, skip_tile=self.skip_tile)
         except ValueError as exc:
             msg = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors()) \
                 if hasattr(exc, "errors") else str(exc)
@@ -1364,7 +1430,7 @@ def computes_declared_variant(program: ast.Program) -> bool:
     assert program.variant is not None and program.target is not None
     group = program.variant.kv_group
     for n, m in ((37, 53), (53, 37)):
-        shape = Shape(B=1, H=2 * group, KVH=2, N=n, M=m, D=program.target.head_dim)
+        shape = Shape(B=1, H=2 * group, KVH=2, N=n, M=m, D=program.target.head_dim, DV=program.target.head_dim_v)
         if not compare(program, shape, seed=n).rel_err < 1e-9:
             return False
     return True

@@ -26,8 +26,14 @@ from flashgen.errors import UsageError
 from flashgen.targets import Target, resolve_target
 from flashgen.translators.backends import Backend, backend_for, get_backend
 from flashgen.translators.backends.base import tiles_bytes
-from flashgen.translators.plan import default_group_heads, launch_order, native_head_dim, padded_head_dim
-from flashgen.variant import DType, Variant
+from flashgen.translators.plan import (
+    choice_head_dim,
+    default_group_heads,
+    launch_order,
+    native_head_dim,
+    padded_head_dim,
+)
+from flashgen.variant import DType, Variant, head_dims_tag
 
 TUNED_DIR = Path(__file__).parent / "tuned"
 # GROUP_HEADS (the launch order; default_group_heads(variant) when absent) is a schedule parameter, not a tile one,
@@ -42,16 +48,19 @@ def _with_schedule(params: dict[str, int], variant: Variant) -> dict[str, int]:
     return {**params, "GROUP_HEADS": params.get("GROUP_HEADS", default_group_heads(variant))}
 
 
-def estimate_registers(block_m: int, block_n: int, warps: int, head_dim: int, q_in_regs: bool, itemsize: int) -> int:
+def estimate_registers(block_m: int, block_n: int, warps: int, head_dim: int, q_in_regs: bool, itemsize: int,
+                       head_dim_v: int | None = None) -> int:
+    """Registers a thread holds: O's accumulator (over Dv), S's, Q's fragments (over D) where kept, and the rest."""
     rows = block_m // warps
-    acc_o = rows * head_dim // 32
+    acc_o = rows * (head_dim if head_dim_v is None else head_dim_v) // 32
     acc_s = rows * block_n // 32
     q_frag = rows * padded_head_dim(head_dim, itemsize) * (4 if itemsize == 4 else 2) // 4 // 32 if q_in_regs else 0
     return acc_o + acc_s + q_frag + _REG_OVERHEAD
 
 
-def _smem(block_m: int, block_n: int, head_dim: int, itemsize: int, stages: int = 1) -> int:
-    return tiles_bytes(block_m, block_n, head_dim, itemsize, stages)
+def _smem(block_m: int, block_n: int, head_dim: int, itemsize: int, stages: int = 1,
+          head_dim_v: int | None = None) -> int:
+    return tiles_bytes(block_m, block_n, head_dim, itemsize, stages, head_dim_v)
 
 
 class ModelScore(BaseModel):
@@ -65,28 +74,34 @@ class ModelScore(BaseModel):
                          "occupancy")
 
 
-def model_score(target: Target | str, dtype: DType, head_dim: int, params: dict[str, int]) -> ModelScore:
-    """The occupancy model's view of `params` on `target` (a Target, GPU name or arch)."""
+def model_score(target: Target | str, dtype: DType, head_dim: int, params: dict[str, int],
+                head_dim_v: int | None = None) -> ModelScore:
+    """The occupancy model's view of `params` on `target` (a Target, GPU name or arch); `head_dim_v`: V's and O's
+    own head dim (P V's work and V's tile at Dv, Q K^T's and K's at D)."""
     target = resolve_target(target)
     backend = backend_for(target)
     itemsize = backend.smem_itemsize(target, dtype)
     block_m, block_n, warps = int(params["BLOCK_M"]), int(params["BLOCK_N"]), int(params["WARPS"])
     q_in_regs = bool(params.get("Q_IN_REGS", 1))
     smem_per_sm = backend.model_smem_per_sm(target)
-    regs = estimate_registers(block_m, block_n, warps, head_dim, q_in_regs, itemsize)
-    smem = _smem(block_m, block_n, head_dim, itemsize, int(params.get("STAGES", 1)))
+    regs = estimate_registers(block_m, block_n, warps, head_dim, q_in_regs, itemsize, head_dim_v)
+    smem = _smem(block_m, block_n, head_dim, itemsize, int(params.get("STAGES", 1)), head_dim_v)
     blocks = min(smem_per_sm // smem, 65536 // (max(regs, 64) * 32 * warps))
     rows_per_warp = block_m // warps
     # flops per smem byte read by one warp per key tile: QK^T + PV over (K, V [, Q])
-    flops = 4 * rows_per_warp * block_n * head_dim
-    bytes_read = (2 * block_n * head_dim + (0 if q_in_regs else rows_per_warp * head_dim)) * itemsize
+    if head_dim_v is None:
+        flops = 4 * rows_per_warp * block_n * head_dim
+        bytes_read = (2 * block_n * head_dim + (0 if q_in_regs else rows_per_warp * head_dim)) * itemsize
+    else:
+        flops = 2 * rows_per_warp * block_n * (head_dim + head_dim_v)
+        bytes_read = (block_n * (head_dim + head_dim_v) + (0 if q_in_regs else rows_per_warp * head_dim)) * itemsize
     # fixed per-key-tile costs (two barriers, quad reductions, O rescale) amortize over block_n
     score = flops / bytes_read * block_n / (block_n + 48) * min(max(blocks, 0) * warps, 8) ** 0.25
     fits = regs <= _REG_BUDGET and smem <= backend.smem_limit(target) and blocks >= 1
     return ModelScore(registers=regs, smem_bytes=smem, blocks_per_sm=max(blocks, 0), fits=fits, score=score)
 
 
-def model_params(target: Target | str, dtype: DType, head_dim: int) -> dict[str, int]:
+def model_params(target: Target | str, dtype: DType, head_dim: int, head_dim_v: int | None = None) -> dict[str, int]:
     target = resolve_target(target)
     best: tuple[float, dict[str, int]] | None = None
     for warps in (4, 8):
@@ -96,11 +111,12 @@ def model_params(target: Target | str, dtype: DType, head_dim: int) -> dict[str,
                 for q_in_regs in (True, False):
                     params = {"BLOCK_M": block_m, "BLOCK_N": block_n, "WARPS": warps, "STAGES": 1,
                               "Q_IN_REGS": int(q_in_regs)}
-                    scored = model_score(target, dtype, head_dim, params)
+                    scored = model_score(target, dtype, head_dim, params, head_dim_v)
                     if scored.fits and (best is None or scored.score > best[0]):
                         best = (scored.score, params)
     if best is None:
-        raise UsageError(f"no tile configuration fits {target.arch} for {dtype.value} d{head_dim}")
+        raise UsageError(f"no tile configuration fits {target.arch} for {dtype.value} "
+                         f"{head_dims_tag(head_dim, head_dim_v)}")
     return best[1]
 
 
@@ -127,8 +143,8 @@ class TunedFile(BaseModel):
     entries: dict[str, TunedEntry] = Field(default_factory=dict, description="tuned_key(...) -> entry")
 
 
-def tuned_key(dtype: DType, variant: Variant, head_dim: int) -> str:
-    return f"{dtype.value}/{variant.name}/d{head_dim}"
+def tuned_key(dtype: DType, variant: Variant, head_dim: int, head_dim_v: int | None = None) -> str:
+    return f"{dtype.value}/{variant.name}/{head_dims_tag(head_dim, head_dim_v)}"
 
 
 def user_tuned_dir() -> Path:
@@ -207,9 +223,11 @@ def _table_detail(backend: Backend, table: str, key: tuple) -> str:
 
 def choose_params_with_source(variant: Variant, target: Target | str, dtype: DType, head_dim: int, *,
                                tuned_dir: Path | None = None, tuned: bool | None = None,
-                               backend: str | None = None) -> ParamsChoice:
+                               backend: str | None = None, head_dim_v: int | None = None) -> ParamsChoice:
     """Tile parameters and where they came from. `target` is a Target or a GPU name (h200: its tuned file is read
-    first), or an arch (sm_80: the first known GPU of it, no tuned file). `tuned=False` skips the tuned file."""
+    first), or an arch (sm_80: the first known GPU of it, no tuned file). `tuned=False` skips the tuned file.
+    `head_dim_v`: V's and O's own head dim: the tables are read at the larger of D and Dv (plan.choice_head_dim),
+    and an entry must fit the shared memory with each tile at its own width."""
     if tuned is None:
         tuned = not (isinstance(target, str) and target.startswith("sm_"))
     target = resolve_target(target)
@@ -220,37 +238,49 @@ def choose_params_with_source(variant: Variant, target: Target | str, dtype: DTy
     limit = backend.smem_limit(target)
 
     def fits(found: dict[str, int]) -> bool:
-        return _smem(found["BLOCK_M"], found["BLOCK_N"], head_dim, itemsize, found.get("STAGES", 1)) <= limit
+        return _smem(found["BLOCK_M"], found["BLOCK_N"], head_dim, itemsize, found.get("STAGES", 1),
+                     head_dim_v) <= limit
 
+    key_text = tuned_key(dtype, variant, head_dim, head_dim_v)
     for directory in tuned_dirs(tuned_dir) if gpu is not None else []:  # the user's file over the package's
-        entry = load_tuned(gpu, directory).entries.get(tuned_key(dtype, variant, head_dim))
+        entry = load_tuned(gpu, directory).entries.get(key_text)
         if entry is not None and entry.arch == arch and fits(entry.params):
             path = tuned_path(gpu, directory)
             where = f"flashgen/translators/tuned/{path.name}" if path.parent == TUNED_DIR else str(path)
             return ParamsChoice(params=_with_schedule(entry.params, variant), source="tuned",
-                                detail=f"{where} [{tuned_key(dtype, variant, head_dim)}]: {entry.geomean_ms:.4g} ms "
+                                detail=f"{where} [{key_text}]: {entry.geomean_ms:.4g} ms "
                                        f"geomean on {entry.gpu or gpu}, {entry.date}")
     order = launch_order(variant)
     # The tables hold the native head dims, and a few others where the native entry does not fit their budget
     # (checked with ptxas); any other head dim takes the entry of the nearest native one at or above it.
-    native = native_head_dim(head_dim)
-    for d in dict.fromkeys((head_dim, native)):
-        borrowed = "" if d == head_dim else f" (d{head_dim} takes the nearest native head dim at or above it)"
+    wide = choice_head_dim(head_dim, head_dim_v)  # D, or the larger of D and Dv
+    native = native_head_dim(wide)
+    for d in dict.fromkeys((wide, native)):
+        if head_dim_v is None:
+            borrowed = "" if d == head_dim else f" (d{head_dim} takes the nearest native head dim at or above it)"
+        else:
+            borrowed = (f" ({head_dims_tag(head_dim, head_dim_v)} takes the entry of d{d}, "
+                        + ("the larger of its head dims)" if d == wide else
+                           "the nearest native head dim at or above the larger of its head dims)"))
         for source, table, key in (("measured", backend.measured, (arch, dtype.value, d, order)),
                                    ("defaults", backend.defaults, (dtype.value, d))):
             found = table.get(key)
             if found is not None and fits(found):
                 return ParamsChoice(params=_with_schedule(found, variant), source=source,  # type: ignore[arg-type]
                                     detail=_table_detail(backend, source.upper(), key) + borrowed)
-    return ParamsChoice(params=_with_schedule(model_params(target, dtype, head_dim), variant), source="model",
-                        detail=f"flashgen.translators.params.model_params({arch}, {dtype.value}, d{head_dim})")
+    return ParamsChoice(params=_with_schedule(model_params(target, dtype, head_dim, head_dim_v), variant),
+                        source="model", detail=f"flashgen.translators.params.model_params({arch}, {dtype.value}, "
+                                               f"{head_dims_tag(head_dim, head_dim_v)})")
 
 
 def choose_params(variant: Variant, target: Target | str, dtype: DType, head_dim: int, *,
-                  tuned: bool | None = None, backend: str | None = None) -> dict[str, int]:
+                  tuned: bool | None = None, backend: str | None = None,
+                  head_dim_v: int | None = None) -> dict[str, int]:
     """Tile parameters for a variant on a target: a Target or GPU name (h200: its tuned file first) or an arch
-    (sm_80). `tuned=False` skips the tuned file; `backend` names another code path than the target's choice."""
-    return choose_params_with_source(variant, target, dtype, head_dim, tuned=tuned, backend=backend).params
+    (sm_80). `tuned=False` skips the tuned file; `backend` names another code path than the target's choice;
+    `head_dim_v`: V's and O's own head dim (choose_params_with_source)."""
+    return choose_params_with_source(variant, target, dtype, head_dim, tuned=tuned, backend=backend,
+                                     head_dim_v=head_dim_v).params
 
 
 __all__ = ["TILE_KEYS", "ModelScore", "ParamsChoice", "TunedEntry", "TunedFile", "choose_params",

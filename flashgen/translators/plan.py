@@ -23,11 +23,12 @@ Names visible to expressions (all `int` unless said otherwise):
   seqlen_q, seqlen_k, batch
   b          batch index (score modifications, masks and prologue entries)
   m_block    query tile index (rows m_block*BLOCK_M ..);  n_block: key tile index (tile-range
-             expressions and `mask_tile` only)
+             expressions, `mask_tile` and `skip_tile` only)
   BLOCK_M, BLOCK_N    the tile sizes (compile-time constants)
   p          the kernel's FlashgenAttnParams: the caller's ALiBi slopes and call-time tensors are read through it
              (`alibi_slope_c`, `mod_tensor_c`; the only member reads an expression makes)
-  plus every name a `Prologue` entry defines (computed once per thread block, before the loop).
+  plus every name a `Prologue` entry defines (computed once per thread block, before the loop),
+  and the interval functions of the tile tests (`fg::iv::...`, INTERVAL_HEADER; qualified names are never checked).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from flashgen.errors import UsageError
 from flashgen.operators import FUNCTIONS
 from flashgen.targets import Target
-from flashgen.variant import DType, Norm, Variant, head_dim_problem
+from flashgen.variant import DType, Norm, Variant, head_dim_problem, head_dim_v_problem
 
 Arch = Literal["sm_75", "sm_80", "sm_86", "sm_89", "sm_90"]
 ARCHES: tuple[str, ...] = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
@@ -49,6 +50,9 @@ ARCHES: tuple[str, ...] = ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90")
 #: supported head dim (flashgen.variant.SUPPORTED_HEAD_DIMS, a backend's `head_dims` default) takes the entry of
 #: `native_head_dim`, the nearest of these at or above it
 NATIVE_HEAD_DIMS: tuple[int, ...] = (64, 96, 128, 256)
+#: the interval functions of the tile tests (flashgen.translators.tiles): their header and C namespace
+INTERVAL_HEADER = "flashgen/interval.cuh"
+INTERVAL_NS = "fg::iv::"
 #: bytes of a row one tensor-core k-step reads: m16n8k16 and wgmma k16 on 16-bit elements, m16n8k8 on tf32
 MMA_K_BYTES = 32
 
@@ -62,9 +66,17 @@ def native_head_dim(head_dim: int) -> int:
 def padded_head_dim(head_dim: int, itemsize: int) -> int:
     """Columns of the Q, K and V tiles in shared memory for elements of `itemsize` bytes there: D rounded up to the
     tensor cores' k-step (16 for 16-bit, 8 for tf32), the extra columns zero (written by the tile loaders or, on the
-    sm90 path, by TMA past the tensor map's D columns), so that Q K^T over them adds nothing."""
+    sm90 path, by TMA past the tensor map's D columns), so that Q K^T over them adds nothing. A V head dim of its
+    own (Dv) pads the same way, for V's tile and O's staging tile: P V never multiplies the padding (its N stops at
+    Dv, the last 8 columns alone where Dv % 16 == 8)."""
     k = MMA_K_BYTES // itemsize
     return -(-head_dim // k) * k
+
+
+def choice_head_dim(head_dim: int, head_dim_v: int | None = None) -> int:
+    """The head dim whose tile-table entries a kernel of (D, Dv) takes: the larger of the two (its O accumulator or
+    its Q fragments and K tile, whichever is the wider, hold no more than that entry's); D without a Dv."""
+    return head_dim if head_dim_v is None else max(head_dim, head_dim_v)
 
 EXPR_NAMES = frozenset({
     "s", "qpos", "kpos", "diag", "head", "heads", "kv_head", "seqlen_q", "seqlen_k", "batch", "b",
@@ -134,6 +146,8 @@ class KernelPlan(BaseModel):
     backend: str = Field(description="the code path that renders it (flashgen.translators.backends: sm75, sm80)")
     dtype: DType = Field(description="element type of Q, K, V and O")
     head_dim: int = Field(description="D, one of SUPPORTED_HEAD_DIMS (multiples of 8 in 8..256)")
+    head_dim_v: int | None = Field(default=None, description="Dv, V's and O's own head dim (the PV GEMM's N, V's tile "
+                                   "width, O), by the rule of D; None: D (one head dim for Q, K, V and O)")
     block_m: int = Field(description="query rows per thread block (16 * warps * rows-tiles-per-warp)")
     block_n: int = Field(description="keys per inner-loop tile (multiple of 16)")
     warps: int = Field(ge=1, le=16, description="warps per block, each owning block_m / warps query rows")
@@ -153,6 +167,11 @@ class KernelPlan(BaseModel):
     mask_tile: str = Field(default="false", description="C bool expression over m_block, n_block: this key tile "
                            "holds an invisible key for some row of the query tile (the kernel adds the "
                            "seqlen_k tail itself); tiles where it is false skip the `visible` test")
+    skip_tile: str = Field(default="false", description="C bool expression over m_block, n_block (as mask_tile): "
+                           "conservatively, no key of this tile is visible to any valid row of the query tile "
+                           "(flashgen.translators.tiles: a mask's interval bounds over the tile); the kernel neither "
+                           "loads nor computes such a tile, and a block whose every tile is one writes O = 0, "
+                           "LSE = -inf. \"false\": none is skipped (the key loop keeps its range)")
     q_in_regs: bool = Field(default=True, description="Q fragments loaded once into registers (else re-read from "
                             "shared memory each tile, saving registers for large head dims)")
     group_heads: int = Field(default=1, ge=0, description="launch order: the query blocks of this many (batch, head) "
@@ -164,6 +183,10 @@ class KernelPlan(BaseModel):
     def _check(self) -> KernelPlan:
         if (problem := head_dim_problem(self.head_dim)) is not None:
             raise ValueError(problem)
+        if self.head_dim_v is not None and (problem := head_dim_v_problem(self.head_dim_v)) is not None:
+            raise ValueError(problem)
+        if self.head_dim_v == self.head_dim:
+            raise ValueError(f"head_dim_v {self.head_dim_v} is head_dim: give None (the kernel of one head dim)")
         if self.block_n % 16 or self.block_m % (16 * self.warps):
             raise ValueError(f"block_m={self.block_m} must be a multiple of 16*warps={16 * self.warps} "
                              f"and block_n={self.block_n} a multiple of 16")
@@ -174,6 +197,28 @@ class KernelPlan(BaseModel):
         return self
 
     @property
+    def skips_tiles(self) -> bool:
+        """Whether the kernel tests each key tile with skip_tile (else its key loop walks its whole range)."""
+        return self.skip_tile != "false"
+
+    @property
+    def skip_prologue(self) -> list[Prologue]:
+        """The per-block constants skip_tile reads (what a path that tests tiles outside the block's prologue, sm90's
+        producer, carries to the test)."""
+        names = expression_names(self.skip_tile)
+        return [c for c in self.prologue if c.name in names]
+
+    @property
+    def uses_intervals(self) -> bool:
+        """Whether a tile test calls the interval functions (INTERVAL_HEADER, included only then)."""
+        return INTERVAL_NS in self.skip_tile or INTERVAL_NS in self.mask_tile
+
+    @property
+    def dv(self) -> int:
+        """V's and O's head dim: head_dim_v, or head_dim."""
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
+
+    @property
     def rows_per_warp(self) -> int:
         return self.block_m // self.warps
 
@@ -182,7 +227,8 @@ class KernelPlan(BaseModel):
         return 32 * self.warps
 
 
-_IDENT = re.compile(r"(?<![.\w])[A-Za-z_]\w*")  # not a member name (p.alibi_slopes reads `p`)
+# not a member name (p.alibi_slopes reads `p`) nor a qualified one (fg::iv::lt, std::min: never a kernel's local)
+_IDENT = re.compile(r"(?<![.\w:])[A-Za-z_]\w*(?!\w)(?!::)")
 
 
 def expression_names(expr: str) -> set[str]:
@@ -195,7 +241,7 @@ def check_expressions(plan: KernelPlan) -> None:
     """Raise UsageError naming any identifier an expression uses that the kernel does not define."""
     known = EXPR_NAMES | {p.name for p in plan.prologue}
     pieces = [("visible", plan.visible), ("kv_tile_begin", plan.kv_tile_begin), ("kv_tile_end", plan.kv_tile_end),
-              ("mask_tile", plan.mask_tile), ("p_expr", plan.norm.p_expr)]
+              ("mask_tile", plan.mask_tile), ("skip_tile", plan.skip_tile), ("p_expr", plan.norm.p_expr)]
     pieces += [(f"score_mod {m.name}", m.expr) for m in plan.score_mods]
     pieces += [(f"prologue {p.name}", p.expr) for p in plan.prologue]
     for what, expr in pieces:

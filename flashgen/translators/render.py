@@ -118,8 +118,10 @@ def render(plan: KernelPlan, *, inline: bool = True) -> tuple[str, KernelManifes
                                threads=32 * COMBINE_ROWS_PER_BLOCK))
     manifest = KernelManifest(
         name=plan.name, arch=backend.compile_arch(plan.target), dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
-        launches=launches,
-        workspace_floats="B*H*SPLITS*N*(D+1)" if split else "0",
+        head_dim_v=plan.head_dim_v, launches=launches,
+        # the partials are O's columns (Dv, a constant of the kernel where V has a head dim of its own) and the LSE
+        workspace_floats=(f"B*H*SPLITS*N*({plan.head_dim_v}+1)" if plan.head_dim_v else "B*H*SPLITS*N*(D+1)") if split
+        else "0",
         num_splits=num_splits_expr(plan) if split else "1",
         params={"BLOCK_M": plan.block_m, "BLOCK_N": plan.block_n, "WARPS": plan.warps, "STAGES": plan.stages,
                 "Q_IN_REGS": int(plan.q_in_regs), "GROUP_HEADS": plan.group_heads},

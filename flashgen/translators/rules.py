@@ -16,15 +16,17 @@ from flashgen.translators.plan import (
     tile_fields,
     visibility_for,
 )
-from flashgen.variant import DType, Variant
+from flashgen.variant import DType, Variant, check_head_dim_v, head_dims_tag
 
 
 def plan_for_variant(variant: Variant, target: Target | str, dtype: DType, head_dim: int, *, name: str | None = None,
-                     params: dict[str, int] | None = None, backend: str | None = None) -> KernelPlan:
+                     params: dict[str, int] | None = None, backend: str | None = None,
+                     head_dim_v: int | None = None) -> KernelPlan:
     """The plan the rule-based expert would write for `target` (a Target, a GPU name, or an arch such as sm_80: the
     first known GPU of it). `params` (BLOCK_M, BLOCK_N, WARPS, STAGES, optional Q_IN_REGS and GROUP_HEADS) default
     to flashgen.translators.params.choose_params without a tuned file (the tables and the model). `backend` names
-    a code path other than the target's own choice (sm80 on an H200, to compare the two)."""
+    a code path other than the target's own choice (sm80 on an H200, to compare the two). `head_dim_v`: V's and O's
+    own head dim (None, or `head_dim` itself: one head dim)."""
     target = resolve_target(target)
     dtype = DType(dtype)
     path = get_backend(backend) if backend else backend_for(target, variant, dtype)
@@ -33,15 +35,18 @@ def plan_for_variant(variant: Variant, target: Target | str, dtype: DType, head_
     backend = path
     if (problem := backend.head_dim_problem(head_dim)) is not None:
         raise UsageError(problem)
+    head_dim_v = check_head_dim_v(head_dim_v, head_dim)
     if params is None:
-        params = choose_params(variant, target, dtype, head_dim, tuned=False, backend=backend.name)
+        params = choose_params(variant, target, dtype, head_dim, tuned=False, backend=backend.name,
+                               head_dim_v=head_dim_v)
     mods, prologue = score_mods_for(variant)
     norm, norm_prologue = normalization_for(variant)
     visible, begin, end, mask_tile = visibility_for(variant)
-    kernel_name = name or f"fg_{variant.name}_{dtype.value}_d{head_dim}_{target.arch}"
+    kernel_name = name or f"fg_{variant.name}_{dtype.value}_{head_dims_tag(head_dim, head_dim_v)}_{target.arch}"
     try:
         return KernelPlan(
             name=kernel_name, arch=target.arch, target=target, backend=backend.name, dtype=dtype, head_dim=head_dim,
+            head_dim_v=head_dim_v,
             **tile_fields(params, variant),
             variant=variant, score_mods=mods, prologue=prologue + norm_prologue, visible=visible, norm=norm,
             write_lse=variant.return_lse, kv_tile_begin=begin, kv_tile_end=end, mask_tile=mask_tile,

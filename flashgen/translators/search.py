@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from flashgen.abi import KernelManifest
 from flashgen.errors import FlashgenError, UsageError
 from flashgen.translators.params import ModelScore, model_score
-from flashgen.variant import DType, Variant
+from flashgen.variant import DType, Variant, head_dims_tag
 
 # The space screened is the target's backend's (flashgen.translators.backends.base.SearchSpace): BLOCK_M, BLOCK_N,
 # WARPS, STAGES, Q_IN_REGS and the launch orders (GROUP_HEADS, the variant's default first).
@@ -85,16 +85,20 @@ def resolve_target(target):
     return resolve(target)
 
 
-def kernel_name(variant: Variant, dtype: DType, head_dim: int, arch: str, params: dict[str, int]) -> str:
+def kernel_name(variant: Variant, dtype: DType, head_dim: int, arch: str, params: dict[str, int],
+                head_dim_v: int | None = None) -> str:
     """One name per candidate: the bench report tells kernels apart by manifest name."""
-    return (f"fg_{variant.name}_{dtype.value}_d{head_dim}_{arch}_m{params['BLOCK_M']}n{params['BLOCK_N']}"
+    return (f"fg_{variant.name}_{dtype.value}_{head_dims_tag(head_dim, head_dim_v)}_{arch}_m{params['BLOCK_M']}"
+            f"n{params['BLOCK_N']}"
             f"w{params['WARPS']}s{params.get('STAGES', 1)}q{params.get('Q_IN_REGS', 1)}"
             + (f"g{params['GROUP_HEADS']}" if "GROUP_HEADS" in params else ""))
 
 
-def screen_candidates(variant: Variant, target, dtype: DType, head_dim: int) -> list[CandidateRecord]:
+def screen_candidates(variant: Variant, target, dtype: DType, head_dim: int,
+                      head_dim_v: int | None = None) -> list[CandidateRecord]:
     """Every point of the space: the survivors of the checker and the translator first, ordered by the
-    occupancy model (likeliest fast first), then the dropped ones with their reason."""
+    occupancy model (likeliest fast first), then the dropped ones with their reason. `head_dim_v`: V's and O's own
+    head dim (None: head_dim)."""
     from flashgen.tl_spec import library, parse
     from flashgen.tl_spec.checker import check
     from flashgen.tl_spec.diagnostics import errors_only
@@ -114,9 +118,10 @@ def screen_candidates(variant: Variant, target, dtype: DType, head_dim: int) -> 
         params = {"BLOCK_M": block_m, "BLOCK_N": block_n, "WARPS": warps, "STAGES": stages, "Q_IN_REGS": q_in_regs,
                   "GROUP_HEADS": group_heads}
         record = CandidateRecord(params=params, label=params_label(params),
-                                 model=model_score(target, dtype, head_dim, params))
+                                 model=model_score(target, dtype, head_dim, params, head_dim_v))
         try:
-            tl = library.render(variant, dtype=dtype, arch=target.arch, params=params, head_dim=head_dim)
+            tl = library.render(variant, dtype=dtype, arch=target.arch, params=params, head_dim=head_dim,
+                                head_dim_v=head_dim_v)
             errors = errors_only(check(parse(tl, "kernel.tl"), target))
         except FlashgenError as exc:
             record.dropped = f"check: {exc}"
@@ -126,7 +131,7 @@ def screen_candidates(variant: Variant, target, dtype: DType, head_dim: int) -> 
             record.dropped = f"check: {errors[0].message}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
             dropped.append(record)
             continue
-        name = kernel_name(variant, dtype, head_dim, target.arch, params)
+        name = kernel_name(variant, dtype, head_dim, target.arch, params, head_dim_v)
         try:
             # the translator's plan and render's limits (stages, shared memory), without writing the CUDA yet
             plan, _notes = lower(parse(tl, "kernel.tl"), target, name=name)
@@ -143,16 +148,19 @@ def screen_candidates(variant: Variant, target, dtype: DType, head_dim: int) -> 
 
 
 @lru_cache(maxsize=64)
-def _candidate_params(variant: Variant, target_name: str, dtype: DType, head_dim: int) -> tuple[tuple, ...]:
-    return tuple(tuple(r.params.items()) for r in screen_candidates(variant, target_name, dtype, head_dim) if r.alive)
+def _candidate_params(variant: Variant, target_name: str, dtype: DType, head_dim: int,
+                      head_dim_v: int | None = None) -> tuple[tuple, ...]:
+    return tuple(tuple(r.params.items()) for r in screen_candidates(variant, target_name, dtype, head_dim, head_dim_v)
+                 if r.alive)
 
 
-def candidate_params(variant: Variant, target, dtype: DType, head_dim: int) -> list[dict[str, int]]:
+def candidate_params(variant: Variant, target, dtype: DType, head_dim: int,
+                     head_dim_v: int | None = None) -> list[dict[str, int]]:
     """The parameters worth trying on `target` (a Target, GPU name or arch), likeliest first. CPU only;
-    cached per (variant, target, dtype, head dim)."""
+    cached per (variant, target, dtype, head dims)."""
     target = resolve_target(target)
     dtype = DType(getattr(dtype, "value", dtype))
-    return [dict(items) for items in _candidate_params(variant, target.name, dtype, head_dim)]
+    return [dict(items) for items in _candidate_params(variant, target.name, dtype, head_dim, head_dim_v)]
 
 
 def translate_with_params(variant: Variant, target, dtype: DType, head_dim: int, params: dict[str, int],

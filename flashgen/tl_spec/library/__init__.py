@@ -57,14 +57,17 @@ def default_params(variant: Variant) -> dict[str, int]:
 
 def render(variant: Variant, *, dtype: DType | str = DType.fp16, arch: str = "sm_80",
            params: dict[str, int] | None = None, form: Form = "full", head_dim: int = DEFAULT_HEAD_DIM,
-           name: str | None = None, explicit_softmax: bool = False, roles: bool | None = None) -> str:
+           name: str | None = None, explicit_softmax: bool = False, roles: bool | None = None,
+           head_dim_v: int | None = None) -> str:
     """LLM-TL text computing `variant`, in canonical form (parsed and re-printed).
 
     `params` must hold BLOCK_M and BLOCK_N (split-KV also SPLITS, 4 when absent); other entries (WARPS,
     STAGES, ...) are carried into the Params line. `explicit_softmax` writes the online softmax as explicit steps
     instead of the OnlineSoftmax composite. `roles`: the Hopper dataflow (Role blocks, staged async copies,
     docs/llm-tl.md); by default where the arch's warp-specialized kernel takes the dtype and variant
-    (flashgen.targets.writes_role_dataflow: sm_90 fp16/bf16 without split-KV), else the plain form."""
+    (flashgen.targets.writes_role_dataflow: sm_90 fp16/bf16 without split-KV), else the plain form. `head_dim_v`:
+    V's and O's own head dim (the Target line's `head_dim_v`, V and O declared over DV); None, or `head_dim`
+    itself, writes the program of one head dim."""
     from flashgen.targets import ROLE_DATAFLOW, role_dataflow, tensor_cores_take, writes_role_dataflow
     from flashgen.tl_spec.parser import parse
     from flashgen.tl_spec.printer import format_program, format_variant
@@ -86,6 +89,8 @@ def render(variant: Variant, *, dtype: DType | str = DType.fp16, arch: str = "sm
                          f"split-KV; not for {arch}{' split-KV' if variant.split_kv else ''}")
     text = _env().get_template("attention.tl.j2").render(
         v=variant, dtype=dtype.value, arch=arch, head_dim=head_dim, params=params, full=form == "full",
+        head_dim_v=None if head_dim_v == head_dim else head_dim_v,
+        dv="D" if head_dim_v in (None, head_dim) else "DV",
         kv="h // KV_GROUP" if variant.kv_group > 1 else "h", lse=variant.return_lse, softmax=softmax,
         variant_line=format_variant(variant), name=name or variant.name, explicit_softmax=explicit_softmax,
         scaled=not tensor_cores_take(arch, dtype), hopper=hopper, producer_warps=flow.producer_warps if flow else 0)

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from flashgen.targets import TARGETS, Target, gencode_flags
 from flashgen.translators.plan import KernelPlan, NormKind, padded_head_dim
-from flashgen.variant import SUPPORTED_HEAD_DIMS, DType, head_dim_problem
+from flashgen.variant import SUPPORTED_HEAD_DIMS, DType, head_dim_problem, head_dims_tag
 
 BACKENDS_DIR = Path(__file__).resolve().parent
 TRANSLATORS_DIR = BACKENDS_DIR.parent
@@ -44,10 +44,29 @@ def tile_bytes(rows: int, cols: int, itemsize: int) -> int:
     return rows * row_elems * itemsize
 
 
-def tiles_bytes(block_m: int, block_n: int, head_dim: int, itemsize: int, stages: int = 1) -> int:
-    """Q's tile plus `stages` K and V tiles each, padded_head_dim columns wide (the skeleton's D_PAD)."""
+def tiles_bytes(block_m: int, block_n: int, head_dim: int, itemsize: int, stages: int = 1,
+                head_dim_v: int | None = None, o_staged: bool = True) -> int:
+    """Q's tile plus `stages` K and V tiles each, padded_head_dim columns wide (the skeleton's D_PAD). With a V head
+    dim of its own each tile counts at its own width: V's at Dv's padding (DV_PAD), and Q's region holds O's staging
+    tile too (BLOCK_M x DV_PAD, written over Q's after the key loop) where O is `o_staged` through it."""
     cols = padded_head_dim(head_dim, itemsize)
-    return tile_bytes(block_m, cols, itemsize) + 2 * stages * tile_bytes(block_n, cols, itemsize)
+    if head_dim_v is None:
+        return tile_bytes(block_m, cols, itemsize) + 2 * stages * tile_bytes(block_n, cols, itemsize)
+    cols_v = padded_head_dim(head_dim_v, itemsize)
+    q_region = max(tile_bytes(block_m, cols, itemsize), tile_bytes(block_m, cols_v, itemsize) if o_staged else 0)
+    return q_region + stages * (tile_bytes(block_n, cols, itemsize) + tile_bytes(block_n, cols_v, itemsize))
+
+
+def v_names(plan: KernelPlan, itemsize: int) -> dict:
+    """The names V's and O's width goes by in a kernel template: D's own (D, D_PAD, K's layout for V's tile, Q's for
+    O's staging, the warp GEMMs' P V) where V has no head dim of its own, so that those kernels render as they always
+    have; else DV's (DV, DV_PAD, VLayout, OLayout, VMma::pv: constants and types the template defines then). Also
+    `own_dv`, `dv_pad` (DV_PAD's value) and `dims_tag` (d64, d192v128)."""
+    own = plan.head_dim_v is not None
+    return dict(own_dv=own, dv_pad=padded_head_dim(plan.dv, itemsize), dims_tag=head_dims_tag(plan.head_dim, plan.head_dim_v),
+                v_dim="DV" if own else "D", v_pad="DV_PAD" if own else "D_PAD",
+                v_layout="VLayout" if own else "KLayout", o_layout="OLayout" if own else "QLayout",
+                q_region="Q_REGION_ELEMS" if own else "QLayout::ELEMS", pv_mma="VMma::pv" if own else "mma.pv")
 
 
 class SearchSpace(BaseModel):
@@ -163,7 +182,7 @@ class Backend:
     def smem_bytes(self, plan: KernelPlan) -> int:
         """Dynamic shared memory of the plan's kernel."""
         item = self.smem_itemsize(plan.target, plan.dtype)
-        return tiles_bytes(plan.block_m, plan.block_n, plan.head_dim, item, plan.stages)
+        return tiles_bytes(plan.block_m, plan.block_n, plan.head_dim, item, plan.stages, plan.head_dim_v)
 
     def model_smem_per_sm(self, target: Target) -> int:
         """Shared memory per SM the occupancy model (params.model_score) counts resident blocks against."""
@@ -190,11 +209,19 @@ class Backend:
         """P packed to 16 bits straight after the exponentials (fp32/tf32 keeps fp32 P)."""
         return plan.norm.kind is NormKind.softmax and plan.dtype is not DType.fp32
 
+    def warp_mma_v(self, plan: KernelPlan) -> str:
+        """The warp GEMMs whose P V a kernel with a V head dim of its own runs (over DV, V's tile DV_PAD wide): the
+        same structs as `warp_mma`, at V's width."""
+        if plan.dtype is DType.fp32:
+            return "fg::warp::attn_mma_tf32<MT, DV, BLOCK_N, false, BLOCK_M>"
+        return "fg::warp::attn_mma16<T, MT, DV, DV_PAD, BLOCK_N, false, BLOCK_M>"
+
     def context(self, plan: KernelPlan) -> dict:
         """The template variables this backend provides."""
+        itemsize = self.smem_itemsize(plan.target, plan.dtype)
         return dict(ctype=_CTYPE[plan.dtype], arch_header=self.arch_header, warp_mma=self.warp_mma(plan),
-                    packed_p=self.packed_p(plan),
-                    d_pad=padded_head_dim(plan.head_dim, self.smem_itemsize(plan.target, plan.dtype)))
+                    packed_p=self.packed_p(plan), d_pad=padded_head_dim(plan.head_dim, itemsize),
+                    **v_names(plan, itemsize), warp_mma_v=self.warp_mma_v(plan) if plan.head_dim_v else "")
 
     def notes(self, plan: KernelPlan) -> str:
         """KernelManifest.notes: how the dtype is handled."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from flashgen.targets import Target
 from flashgen.translators.backends.base import Backend, tile_params, tiles_bytes
-from flashgen.translators.plan import KernelPlan
+from flashgen.translators.plan import KernelPlan, choice_head_dim
 from flashgen.variant import DType
 
 _P = tile_params
@@ -45,16 +45,18 @@ class Sm75Backend(Backend):
         return DType.fp16.itemsize if not self.tensor_cores_take(target, dtype) else DType(dtype).itemsize
 
     def smem_bytes(self, plan: KernelPlan) -> int:
+        # scaled tiles store O from registers: Q's region holds no O staging tile
         tiles = tiles_bytes(plan.block_m, plan.block_n, plan.head_dim, self.smem_itemsize(plan.target, plan.dtype),
-                            plan.stages)
+                            plan.stages, plan.head_dim_v, o_staged=not self.scaled(plan))
         # scaled tiles: one fp32 block-max slot per warp for each of the Q, K and V loaders
         return tiles + (3 * 4 * plan.warps if self.scaled(plan) else 0)
 
     def early_words(self, plan: KernelPlan) -> int:
         """16-byte words per thread a scaled tile loader keeps in flight across the GEMMs (the rest of the tile is
         read inside land()). Chosen spill-free with ptxas for sm_75 at every head dim: from d240 up the O accumulator
-        (D/2 registers a thread at 16 rows a warp) leaves no room (d240 and d248 causal bf16 spill with 4)."""
-        return 0 if plan.head_dim >= 240 else 4
+        (D/2 registers a thread at 16 rows a warp) leaves no room (d240 and d248 causal bf16 spill with 4). A V head
+        dim of its own counts as the larger of D and Dv (plan.choice_head_dim)."""
+        return 0 if choice_head_dim(plan.head_dim, plan.head_dim_v) >= 240 else 4
 
     def template(self, plan: KernelPlan) -> str:
         return "sm75/attention_fwd_scaled.cu.j2" if self.scaled(plan) else super().template(plan)
@@ -63,6 +65,11 @@ class Sm75Backend(Backend):
         if self.scaled(plan):
             return f"fg::warp::attn_mma16<fg::f16, MT, D, D_PAD, BLOCK_N, {str(plan.q_in_regs).lower()}, BLOCK_M>"
         return super().warp_mma(plan)
+
+    def warp_mma_v(self, plan: KernelPlan) -> str:
+        if self.scaled(plan):
+            return "fg::warp::attn_mma16<fg::f16, MT, DV, DV_PAD, BLOCK_N, false, BLOCK_M>"
+        return super().warp_mma_v(plan)
 
     def packed_p(self, plan: KernelPlan) -> bool:
         # the rescaled tiles keep fp32 P (P is scaled to V's tile unit before it is rounded to fp16)

@@ -18,7 +18,7 @@ from flashgen.errors import UsageError
 from flashgen.translators.backends.headers import inline_headers
 from flashgen.translators.backends.sm90.wgmma import wrappers
 from flashgen.translators.plan import KernelPlan, NormKind, padded_head_dim
-from flashgen.variant import DType
+from flashgen.variant import DType, head_dims_tag
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
@@ -45,12 +45,14 @@ def chunks(head_dim: int) -> int:
 def smem_bytes(plan: KernelPlan, o_stage_chunks: int | None = None) -> int:
     """Q, STAGES x (K, V), O's staging tile when O leaves through TMA (`o_stage_chunks` of its 64-column chunks at
     a time, 0: stored from registers; default: as the plan renders), the barriers (Q full and empty; per stage K
-    and V full and empty), and slack to align the tiles to 1024 bytes."""
+    and V full and empty), and slack to align the tiles to 1024 bytes. Q's and K's rows are chunks(D) wide, V's and
+    O's chunks(Dv)."""
     if o_stage_chunks is None:
         o_stage_chunks = schedule(plan)["o_stage_chunks"]
     chunk = 64 * plan.dtype.itemsize  # bytes of one row's 64-column chunk
-    rows = plan.block_m + 2 * plan.stages * plan.block_n
-    return rows * chunks(plan.head_dim) * chunk + plan.block_m * o_stage_chunks * chunk + 8 * (2 + 4 * plan.stages) + 1024
+    qk_rows, v_rows = plan.block_m + plan.stages * plan.block_n, plan.stages * plan.block_n
+    return ((qk_rows * chunks(plan.head_dim) + v_rows * chunks(plan.dv)) * chunk + plan.block_m * o_stage_chunks * chunk
+            + 8 * (2 + 4 * plan.stages) + 1024)
 
 
 def schedule(plan: KernelPlan) -> dict:
@@ -60,10 +62,10 @@ def schedule(plan: KernelPlan) -> dict:
     where not even one fits (d256 128x80), the consumers store O from registers. Measured on the H200 (NOTES.md):
     session 5, +18 % at causal d128 N = 512, +11 % at 1k, +2-4 % at d64, within noise at 16k; session 6, causal
     d256 128x64 two chunks at a time +28 % at N = 512 over the same tile from registers."""
-    options = dict(o_via_tma=True, o_stage_chunks=chunks(plan.head_dim), o_chunked=True)
+    options = dict(o_via_tma=True, o_stage_chunks=chunks(plan.dv), o_chunked=True)  # O's chunks: Dv's
     options.update(_SCHEDULE_OVERRIDES)
     fits = [c for c in range(options["o_stage_chunks"], 0, -1)
-            if (c == chunks(plan.head_dim) or options["o_chunked"])
+            if (c == chunks(plan.dv) or options["o_chunked"])
             and smem_bytes(plan, c) <= plan.target.smem_per_block_bytes]
     if not options["o_via_tma"] or not fits:
         options.update(o_via_tma=False, o_stage_chunks=0)
@@ -75,6 +77,16 @@ def schedule(plan: KernelPlan) -> dict:
 
 # Development builds (benchmarks/kernel_dev/hopper_build.py) set these to try a schedule; empty in production.
 _SCHEDULE_OVERRIDES: dict = {}
+
+
+def v_names(plan: KernelPlan) -> dict:
+    """The names V's and O's width goes by in the template: D's own (D, CHUNKS, K's stage size) where V has no head
+    dim of its own, so that those kernels render as they always have; else DV, V_CHUNKS, V_TILE_ELEMS and
+    V_TILE_BYTES, which the template defines then."""
+    own = plan.head_dim_v is not None
+    return dict(own_dv=own, dims_tag=head_dims_tag(plan.head_dim, plan.head_dim_v), v_chunks_count=chunks(plan.dv),
+                v_dim="DV" if own else "D", v_chunks="V_CHUNKS" if own else "CHUNKS",
+                v_tile="V_TILE_ELEMS" if own else "KV_TILE_ELEMS", v_tile_bytes="V_TILE_BYTES" if own else "KV_TILE_BYTES")
 
 
 def threads(plan: KernelPlan) -> int:
@@ -120,11 +132,13 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
         producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers],
         reverse_m=plan.variant.causal, softmax=softmax, raw_scores=softmax and not plan.score_mods,
-        wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.head_dim,)),
+        wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
+        **v_names(plan),
     )
     source = inline_headers(_environment().get_template("attention_fwd.cu.j2").render(**context), INCLUDE_DIRS)
     manifest = KernelManifest(
         name=plan.name, arch=plan.target.feature_arch or "sm_90a", dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
+        head_dim_v=plan.head_dim_v,
         launches=[Launch(kernel=plan.name, grid=(grid_x(plan), "1", "1"), threads=threads(plan),
                          smem_bytes=smem_bytes(plan, options["o_stage_chunks"]))],
         # every tile parameter of the plan, as the other paths record them: Q_IN_REGS is the tile table's 1, which

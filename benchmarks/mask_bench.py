@@ -1,0 +1,46 @@
+"""The mask benchmark (issue 15: a mask function no variant describes within 15 % of the plain kernel's speed), on
+the GPU present, for the sm90 path (the h200 target) and the sm80 path (a100), both compiled for that GPU:
+
+    python benchmarks/mask_bench.py [--gpu h200 a100] [--min-time 0.2] --out FILE.json
+
+Each mask of flashgen.harness.bench.MASK_SUITE (the document mask `q_idx // 512 == k_idx // 512`, bf16 d128,
+B=4, H=16, N=M=4k) and the plain kernel, timed in one worker without baselines; TF/s over each kernel's own visible
+pairs and the ratio to plain (the goal: >= MASK_GOAL). Verification is the GPU tests'
+(tests/test_tile_skipping_gpu.py). The JSON holds the rows, the environment and the commit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", nargs="+", default=["h200", "a100"], help="targets whose code paths to time")
+    parser.add_argument("--min-time", type=float, default=0.2)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    from flashgen.harness.bench import MASK_GOAL, bench_masks
+    from flashgen.harness.device import environment_info
+
+    rows = [row for gpu in args.gpu for row in bench_masks(gpu, min_time_s=args.min_time)]
+    for row in rows:
+        if not row.ok:
+            print(f"{row.gpu} {row.name}: {row.error}")
+            continue
+        print(f"{row.gpu} {row.name} ({row.mask_mod}): {row.ms:.3f} ms, {row.tflops_visible:.0f} visible-work TF/s; "
+              f"plain {row.plain_ms:.3f} ms, {row.plain_tflops:.0f} TF/s; ratio {row.ratio:.2f} "
+              f"(goal >= {MASK_GOAL})")
+    args.out.write_text(json.dumps({"env": {**environment_info(), "git_commit": os.environ.get("FLASHGEN_GIT_COMMIT")},
+                                    "goal": MASK_GOAL, "rows": [row.model_dump(mode="json") for row in rows]},
+                                   indent=1) + "\n")
+    return 0 if all(row.ok for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
