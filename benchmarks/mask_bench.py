@@ -3,7 +3,7 @@ the GPU present, for the sm90 path (the h200 target) and the sm80 path (a100), b
 
     python benchmarks/mask_bench.py [--gpu h200 a100] [--min-time 0.2] --out FILE.json
 
-Each mask of flashgen.harness.bench.MASK_SUITE (the document mask `q_idx // 512 == k_idx // 512`, bf16 d128,
+Each mask of flashgen.harness.suite.MASK_SUITE (the document mask `q_idx // 512 == k_idx // 512`, bf16 d128,
 B=4, H=16, N=M=4k) and the plain kernel, timed in one worker without baselines; TF/s over each kernel's own visible
 pairs and the ratio to plain (the goal: >= MASK_GOAL). Verification is the GPU tests'
 (tests/test_tile_skipping_gpu.py). The JSON holds the rows, the environment and the commit."""
@@ -25,8 +25,8 @@ def main() -> int:
     parser.add_argument("--min-time", type=float, default=0.2)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    from flashgen.harness.bench import MASK_GOAL, bench_masks
     from flashgen.harness.device import environment_info
+    from flashgen.harness.suite import MASK_GOAL, bench_masks
 
     rows = [row for gpu in args.gpu for row in bench_masks(gpu, min_time_s=args.min_time)]
     for row in rows:

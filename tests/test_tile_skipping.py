@@ -369,7 +369,7 @@ def test_kernels_with_tile_tests_translate_and_compile(gpu, dtype, head_dim, var
 
 
 def test_the_mask_benchmark_counts_visible_pairs_and_builds_what_generate_builds():
-    from flashgen.harness.bench import MASK_SUITE, MASK_SUITE_SHAPE, build_mask_kernel, masks_suite
+    from flashgen.harness.suite import MASK_SUITE, MASK_SUITE_SHAPE, build_mask_kernel, masks_suite
     from flashgen.mods import visible_pairs
 
     (row,) = masks_suite()

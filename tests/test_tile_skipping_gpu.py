@@ -8,7 +8,7 @@ sm80 path (the A100 target, compiled for the GPU present) and the sm90 path (the
   do skip tiles is asserted on the CPU first (flashgen.mods.tile_report, the kernel's own test in numpy).
 - Kernel.__call__ with given lengths (0, mid-tile, all): O = 0 and LSE = -inf for the batch with none.
 The speed (the document mask of 512 keys beside the plain kernel, the goal within 15 % of plain) is a benchmark's,
-not a test's: benchmarks/mask_bench.py (flashgen.harness.bench.bench_masks).
+not a test's: benchmarks/mask_bench.py (flashgen.harness.suite.bench_masks).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ RAGGED = [("ragged_n_lt_m", dict(B=2, H=2, N=700, M=901), "bhnd"), ("ragged_long
 
 
 def build(gpu: str, dtype: str, variant: Variant, mods: dict, head_dim: int):
-    from flashgen.harness.bench import build_mask_kernel
+    from flashgen.harness.suite import build_mask_kernel
 
     return build_mask_kernel(gpu, dtype, variant, head_dim, mods)
 

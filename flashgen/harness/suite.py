@@ -31,6 +31,7 @@ from flashgen.harness.bench import (
     SUITE_GRIDS,
     BenchEntry,
     FlexMode,
+    attention_flops,
     geomean,
     shape_text,
     speedup,
@@ -742,3 +743,113 @@ def summary_lines(result: SuiteResult) -> list[str]:
         out.append(f"  d{c.head_dim} beside d{c.native_head_dim} ({c.dtype} {c.variant} N={c.n}): {c.tflops:.1f} / "
                    f"{c.native_tflops:.1f} TF/s = {c.ratio:.2f}")
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Score and mask functions: a mask's kernel beside the plain one, TF/s over the work the mask leaves
+# ---------------------------------------------------------------------------------------------
+
+#: the mask suite (`bench_masks`): name -> the generate keywords of a mask of positions (flashgen.mods.make_mods),
+#: each timed beside the plain kernel of the same dtype, variant and shape. The document mask of 512-key documents
+#: leaves 1/8 of the pairs at 4k; its kernel skips the key tiles outside a row block's document (docs/variants.md,
+#: Tile skipping), and the issue's goal is visible-work TF/s within MASK_GOAL of the plain kernel's.
+MASK_SUITE: dict[str, dict[str, Any]] = {
+    "document512": {"mask_mod": "q_idx // DOC == k_idx // DOC", "params": {"DOC": 512}},
+}
+MASK_SUITE_SHAPE = Shape(B=4, H=16, N=4096, M=4096, D=128)
+MASK_SUITE_DTYPE = DType.bf16
+MASK_GOAL = 0.85  # visible-work TF/s at least this share of the plain kernel's
+
+
+class MaskBench(BaseModel):
+    """One mask beside the plain kernel: medians, and TF/s over each one's own visible pairs."""
+
+    name: str
+    mask_mod: str
+    gpu: str = Field(description="the target the kernels were built for (its code path)")
+    shape: Shape
+    kernel: str | None = None
+    ok: bool = False
+    error: str | None = None
+    visible_share: float | None = Field(default=None, description="the mask's visible pairs / the plain kernel's")
+    ms: float | None = None
+    plain_ms: float | None = None
+    tflops_visible: float | None = Field(default=None, description="4*B*H*D per visible pair / the mask's time")
+    plain_tflops: float | None = None
+    ratio: float | None = Field(default=None, description="tflops_visible / plain_tflops (the goal: >= MASK_GOAL)")
+
+
+def masks_suite() -> list[tuple[DType, Variant, Shape, str]]:
+    """The mask suite's rows: (dtype, variant, shape, mask name), each mask at MASK_SUITE_SHAPE, plain variant."""
+    return [(MASK_SUITE_DTYPE, Variant(), MASK_SUITE_SHAPE, name) for name in MASK_SUITE]
+
+
+def build_mask_kernel(gpu: str, dtype: DType | str, variant: Variant, head_dim: int, mods_keywords: dict[str, Any]):
+    """(CUDA source, manifest) of the expert's kernel with a mask function, as `flashgen generate` builds it (the
+    library's program with the function written in, checked and translated for `gpu`; the manifest's reference_tl
+    is that program, as the generate loop records it, so verification compares with the function's meaning)."""
+    from flashgen.harness.environment import Environment
+    from flashgen.mods import make_mods, reference_program
+
+    env = Environment()
+    target = env.target(gpu)
+    tl = reference_program(make_mods(**mods_keywords), variant, target, DType(getattr(dtype, "value", dtype)),
+                           head_dim, env)
+    source, manifest = env.translate(tl, target)
+    if manifest.reference_tl is None:  # a mask the translator's small sample shapes do not tell from the variant
+        manifest = manifest.model_copy(update={"reference_tl": tl})
+    return source, manifest
+
+
+def bench_masks(gpu: str = "h200", names: list[str] | None = None, min_time_s: float = 0.2,
+                timeout_s: float = 1800) -> list[MaskBench]:
+    """Needs a GPU. Each mask of MASK_SUITE (or `names`) and the plain kernel, built on the CPU for `gpu` (its code
+    path: h200 the sm90 path, a100 the sm80 path, compiled for the GPU present), timed in one worker at
+    MASK_SUITE_SHAPE without baselines; each one's TF/s counts its own visible pairs (flashgen.mods.visible_pairs),
+    and `ratio` is the mask's over the plain kernel's. Verification is the GPU tests' (tests/test_tile_skipping_gpu.py)."""
+    from flashgen.harness.device import KernelInput
+    from flashgen.harness.worker import GpuWorker
+    from flashgen.mods import make_mods, visible_pairs
+
+    shape, dtype, variant = MASK_SUITE_SHAPE, MASK_SUITE_DTYPE, Variant()
+    plain_source, plain_manifest, _ = build_expert_kernel(gpu, dtype, variant, shape.D)
+    rows: list[MaskBench] = []
+    kernels = [KernelInput(source=plain_source, manifest=plain_manifest)]
+    for name in names or list(MASK_SUITE):
+        keywords = MASK_SUITE[name]
+        row = MaskBench(name=name, mask_mod=keywords["mask_mod"], gpu=gpu, shape=shape)
+        try:
+            source, manifest = build_mask_kernel(gpu, dtype, variant, shape.D, keywords)
+        except Exception as exc:
+            row.error = f"build failed: {exc}"
+        else:
+            row.kernel = manifest.name
+            pairs = visible_pairs(make_mods(**keywords), variant, shape.N, shape.M, batch=shape.B, heads=shape.H,
+                                  head_dim=shape.D)
+            row.visible_share = None if pairs is None else pairs / (shape.B * shape.H * shape.N * shape.M)
+            kernels.append(KernelInput(source=source, manifest=manifest))
+        rows.append(row)
+    with GpuWorker(job_timeout_s=timeout_s) as worker:
+        result = worker.call("flashgen.harness.bench:bench_kernels", timeout_s=timeout_s, kernels=kernels,
+                             shapes=[shape], baselines=False, min_time_s=min_time_s)
+    if not result.ok:
+        for row in rows:
+            row.error = row.error or f"bench failed: {(result.error or '').splitlines()[0]}"
+        return rows
+    # one entry per kernel, in the kernels' order (a mask's kernel has the plain kernel's name: its variant's)
+    entries = [e for e in result.value.entries if e.kind == "kernel"]
+    plain = entries[0] if entries and entries[0].ok else None
+    timed = iter(entries[1:])
+    for row in rows:
+        if row.kernel is None:
+            continue
+        entry = next(timed, None)
+        if entry is None or not entry.ok or plain is None or row.visible_share is None:
+            row.error = (entry.error if entry is not None else None) or "not timed (or the plain kernel was not)"
+            continue
+        row.ms, row.plain_ms = entry.stats.median_ms, plain.stats.median_ms
+        row.plain_tflops = plain.tflops
+        row.tflops_visible = attention_flops(shape, variant) * row.visible_share / (row.ms * 1e-3) / 1e12
+        row.ratio = row.tflops_visible / row.plain_tflops
+        row.ok = True
+    return rows
