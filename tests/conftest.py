@@ -99,6 +99,17 @@ def prebuilt_kernels(request) -> gpu_kernels.Kernels:
 
 
 @pytest.fixture(scope="module")
+def reports(prebuilt_kernels):
+    """{key: VerificationReport}: every kernel of the module's prebuilt_kernels through the harness's whole
+    verification (every default case, two seeds each), on several GPU workers at once."""
+    from flashgen.harness.worker import KernelInput
+    from tests.gpu_kernels import verify_many
+
+    return verify_many({key: KernelInput(manifest=manifest, source=source)
+                        for key, (source, manifest) in prebuilt_kernels.ready().items()})
+
+
+@pytest.fixture(scope="module")
 def gpu_worker():
     """One GPU worker process for a module's verifications."""
     from flashgen.harness.worker import GpuWorker

@@ -164,3 +164,64 @@ def verify_many(kernels: dict[Hashable, Any], workers: int | None = None, job_ti
     with ThreadPoolExecutor(max_workers=count) as pool:
         list(pool.map(drain, range(count)))
     return reports
+
+
+# ---- guard columns: a kernel reads no column past its head dims and writes none past O's -----------------------
+
+GUARD_COLS = 16  # wider than any padding (8 columns) and a whole number of 16-byte chunks for every dtype
+GUARD_SHAPE = dict(B=2, H=3, N=197, M=133)  # ragged tiles, N > M: causal rows that see no key
+_NAN_BITS = {"fp16": 0x7E00, "bf16": 0x7FC0, "fp32": 0x7FC00000}
+_SENTINEL_BITS = {"fp16": 0x1234, "bf16": 0x1234, "fp32": 0x12345678}
+
+
+def check_guard_columns(kernel_json: str, shape: dict, seed: int) -> dict:
+    """(Runs in a GPU worker: `worker.call("tests.gpu_kernels:check_guard_columns", ...)`.) One launch with Q and K
+    as the first D columns of buffers GUARD_COLS wider, V as the first Dv (the extra columns NaN), O as the first Dv
+    of one whose extra columns hold a sentinel (its own columns poisoned, as the harness does). Returns the
+    harness's comparison with the fp64 reference (compare_outputs), how many guard elements of O changed
+    (`guard_changed`) and O's shape (`o_shape`)."""
+    import numpy as np
+
+    from flashgen.harness.device import KernelInput, _cupy, ensure_compiled, launch, load_kernel, runnable_arch
+    from flashgen.harness.verify import (
+        POISON_BITS,
+        compare_outputs,
+        from_dtype_bits,
+        reference_outputs,
+        to_dtype_bits,
+    )
+    from flashgen.reference import random_inputs
+    from flashgen.variant import DType, Shape
+
+    cp = _cupy()
+    kernel = KernelInput.model_validate_json(kernel_json)
+    manifest = kernel.manifest
+    dtype, d, dv = manifest.dtype, manifest.head_dim, manifest.dv
+    loaded = load_kernel(ensure_compiled(kernel, runnable_arch(manifest))[1], manifest)
+    s = Shape(**shape, D=d, DV=manifest.head_dim_v)
+    bits = [to_dtype_bits(x, dtype) for x in random_inputs(s, seed)]
+    wide32 = dtype is DType.fp32
+    word, host_word = (cp.uint32, np.uint32) if wide32 else (cp.uint16, np.uint16)
+    as_kernel_dtype = {DType.fp16: cp.float16, DType.bf16: cp.uint16, DType.fp32: cp.float32}[dtype]
+
+    def wide(data, cols: int, guard_bits: int):
+        rows = data.shape[:3] if data is not None else (s.B, s.H, s.N)
+        buffer = cp.full((*rows, cols + GUARD_COLS), guard_bits, dtype=word)
+        buffer[..., :cols] = cp.asarray(np.ascontiguousarray(data).view(host_word)) if data is not None \
+            else int(POISON_BITS[dtype])
+        return buffer, buffer.view(as_kernel_dtype)[..., :cols]
+
+    (_, q), (_, k), (_, v) = (wide(x, cols, _NAN_BITS[dtype.value]) for x, cols in zip(bits, (d, d, dv)))
+    o_buffer, o = wide(None, dv, _SENTINEL_BITS[dtype.value])
+    launch(manifest, loaded, q, k, v, o)
+    cp.cuda.runtime.deviceSynchronize()
+    host = cp.asnumpy(o_buffer)
+    o_bits = host[..., :dv]
+    o_bits = o_bits.view(np.float32) if wide32 else o_bits.view(np.float16) if dtype is DType.fp16 else o_bits
+    o_ref, _ = reference_outputs(manifest, *(from_dtype_bits(x, dtype) for x in bits))
+    check = compare_outputs(from_dtype_bits(o_bits, dtype), o_ref, dtype, manifest.variant, s.M,
+                            o_unwritten=host[..., :dv] == POISON_BITS[dtype], seed=seed)
+    out = check.model_dump()
+    out["guard_changed"] = int((host[..., dv:] != _SENTINEL_BITS[dtype.value]).sum())
+    out["o_shape"] = list(o.shape)
+    return out

@@ -14,13 +14,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 # The worker (spawned) imports this module by name for its checks; spawn children inherit sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from flashgen.variant import DType, Variant
+from tests.gpu_kernels import GUARD_SHAPE  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -37,11 +37,7 @@ SPLIT = [("sm80", DType.bf16, 192, 128), ("sm80", DType.bf16, 40, 24)]
 GUARDED = [("sm90", DType.bf16, 40, 24), ("sm90", DType.bf16, 64, 128), ("sm80", DType.bf16, 40, 24),
            ("sm80", DType.fp16, 64, 128), ("sm80", DType.fp16, 128, 64), ("sm75", DType.bf16, 40, 24),
            ("sm75", DType.bf16, 64, 128)]
-GUARD_COLS = 16  # wider than any padding (8 columns) and a whole number of 16-byte chunks
-GUARD_SHAPE = dict(B=2, H=3, N=197, M=133)  # ragged tiles, N > M: causal rows that see no key
 REFUSALS = ("sm80", DType.fp16, "plain", 64, 128)  # the kernel the refusal test calls with a v and an o of D's width
-NAN_BITS = {DType.fp16: 0x7E00, DType.bf16: 0x7FC0}
-SENTINEL_BITS = {DType.fp16: 0x1234, DType.bf16: 0x1234}
 
 
 def _ids(rows) -> list[str]:
@@ -73,24 +69,6 @@ def gpu_kernels(items, arch):
     return {key: _build(*key) for key in keys}
 
 
-@pytest.fixture(scope="module")
-def reports(prebuilt_kernels):
-    """Every selected kernel through the harness's whole verification, on several GPU workers at once."""
-    from flashgen.harness.worker import KernelInput
-    from tests.gpu_kernels import verify_many
-
-    return verify_many({key: KernelInput(manifest=manifest, source=source)
-                        for key, (source, manifest) in prebuilt_kernels.ready().items()})
-
-
-@pytest.fixture(scope="module")
-def worker():
-    from flashgen.harness.worker import GpuWorker
-
-    with GpuWorker(job_timeout_s=240) as w:
-        yield w
-
-
 @pytest.mark.parametrize("name", ["plain", "causal"])
 @pytest.mark.parametrize("path,dtype,head_dim,head_dim_v", MATRIX, ids=_ids(MATRIX))
 def test_a_v_head_dim_of_its_own_passes_the_harness(prebuilt_kernels, reports, path, dtype, head_dim, head_dim_v,
@@ -114,64 +92,15 @@ def test_split_kv_decode_combines_partials_over_dv(prebuilt_kernels, reports, sp
     assert report.ok, report.summary
 
 
-def check_widths(kernel_json: str, shape: dict, seed: int) -> dict:
-    """(Runs in the worker.) One launch with Q and K as the first D columns of buffers GUARD_COLS wider, V as the
-    first Dv columns of one (the extra columns NaN), O as the first Dv of one whose extra columns hold a sentinel (its
-    own columns poisoned, as the harness does). Returns the harness's comparison with the fp64 reference
-    (compare_outputs) and how many guard elements of O changed."""
-    from flashgen.harness.device import KernelInput, _cupy, ensure_compiled, launch, load_kernel, runnable_arch
-    from flashgen.harness.verify import (
-        POISON_BITS,
-        compare_outputs,
-        from_dtype_bits,
-        reference_outputs,
-        to_dtype_bits,
-    )
-    from flashgen.reference import random_inputs
-    from flashgen.variant import Shape
-
-    cp = _cupy()
-    kernel = KernelInput.model_validate_json(kernel_json)
-    manifest = kernel.manifest
-    dtype, d, dv = manifest.dtype, manifest.head_dim, manifest.dv
-    _, cubin = ensure_compiled(kernel, runnable_arch(manifest))
-    loaded = load_kernel(cubin, manifest)
-    s = Shape(**shape, D=d, DV=manifest.head_dim_v)
-    bits = [to_dtype_bits(x, dtype) for x in random_inputs(s, seed)]
-    as_kernel_dtype = {DType.fp16: cp.float16, DType.bf16: cp.uint16}[dtype]
-
-    def wide(data: np.ndarray | None, cols: int, guard_bits: int):
-        rows = data.shape[:3] if data is not None else (s.B, s.H, s.N)
-        buffer = cp.full((*rows, cols + GUARD_COLS), guard_bits, dtype=cp.uint16)
-        buffer[..., :cols] = cp.asarray(np.ascontiguousarray(data).view(np.uint16)) if data is not None \
-            else int(POISON_BITS[dtype])
-        return buffer, buffer.view(as_kernel_dtype)[..., :cols]
-
-    (_, q), (_, k), (_, v) = (wide(x, cols, NAN_BITS[dtype]) for x, cols in zip(bits, (d, d, dv)))
-    o_buffer, o = wide(None, dv, SENTINEL_BITS[dtype])
-    launch(manifest, loaded, q, k, v, o)
-    cp.cuda.runtime.deviceSynchronize()
-    host = cp.asnumpy(o_buffer)
-    o_bits = host[..., :dv]
-    o_bits = o_bits.view(np.float16) if dtype is DType.fp16 else o_bits
-    o_ref, _ = reference_outputs(manifest, *(from_dtype_bits(x, dtype) for x in bits))
-    check = compare_outputs(from_dtype_bits(o_bits, dtype), o_ref, dtype, manifest.variant, s.M,
-                            o_unwritten=host[..., :dv] == POISON_BITS[dtype], seed=seed)
-    out = check.model_dump()
-    out["guard_changed"] = int((host[..., dv:] != SENTINEL_BITS[dtype]).sum())
-    out["o_shape"] = list(o.shape)
-    return out
-
-
 @pytest.mark.parametrize("case", GUARDED, ids=_ids(GUARDED))
-def test_q_and_k_are_read_to_d_v_to_dv_and_o_written_to_dv_only(prebuilt_kernels, worker, case):
+def test_q_and_k_are_read_to_d_v_to_dv_and_o_written_to_dv_only(prebuilt_kernels, gpu_worker, case):
     from flashgen.harness.worker import KernelInput
 
     path, dtype, d, dv = case
     source, manifest = prebuilt_kernels[(path, dtype, "causal", d, dv)]
     kernel = KernelInput(manifest=manifest, source=source)
     for seed in (1, 2):
-        result = worker.call("test_head_dim_v_gpu:check_widths", kernel_json=kernel.model_dump_json(),
+        result = gpu_worker.call("tests.gpu_kernels:check_guard_columns", kernel_json=kernel.model_dump_json(),
                              shape=GUARD_SHAPE, seed=seed)
         assert result.ok, result.error
         check = result.value
@@ -216,11 +145,11 @@ def check_refusals(kernel_json: str) -> list[str]:
     return messages
 
 
-def test_a_v_or_o_of_another_head_dim_is_one_line_on_real_arrays(prebuilt_kernels, worker):
+def test_a_v_or_o_of_another_head_dim_is_one_line_on_real_arrays(prebuilt_kernels, gpu_worker):
     from flashgen.harness.worker import KernelInput
 
     source, manifest = prebuilt_kernels[REFUSALS]
-    result = worker.call("test_head_dim_v_gpu:check_refusals",
+    result = gpu_worker.call("test_head_dim_v_gpu:check_refusals",
                          kernel_json=KernelInput(manifest=manifest, source=source).model_dump_json())
     assert result.ok, result.error
     v_line, o_line, returned = result.value

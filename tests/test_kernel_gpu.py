@@ -47,16 +47,6 @@ def gpu_kernels(items, arch):
     return {key: Build(build_expert_kernel, (key[0], key[2].value, VARIANTS[key[1]], key[3])) for key in keys}
 
 
-@pytest.fixture(scope="module")
-def reports(prebuilt_kernels):
-    """Every selected kernel through the harness's whole verification, on several GPU workers at once."""
-    from flashgen.harness.worker import KernelInput
-    from tests.gpu_kernels import verify_many
-
-    return verify_many({key: KernelInput(manifest=manifest, source=source)
-                        for key, (source, manifest) in prebuilt_kernels.ready().items()})
-
-
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("dtype", list(DType), ids=lambda d: d.value)
 @pytest.mark.parametrize("name", list(VARIANTS))

@@ -52,16 +52,6 @@ def gpu_kernels(items, arch):
     return {key: Build(_build, key) for key in ((p["name"], p["dtype"], p["head_dim"], p["config"]) for p in params)}
 
 
-@pytest.fixture(scope="module")
-def reports(prebuilt_kernels):
-    """Every selected kernel through the harness's whole verification, on several GPU workers at once."""
-    from flashgen.harness.worker import KernelInput
-    from tests.gpu_kernels import verify_many
-
-    return verify_many({key: KernelInput(manifest=manifest, source=source)
-                        for key, (source, manifest) in prebuilt_kernels.ready().items()})
-
-
 @pytest.mark.parametrize("name,dtype,head_dim,config", MATRIX,
                          ids=[f"{v}-{dt.value}-d{d}-{c}" for v, dt, d, c in MATRIX])
 def test_tile_parameters_pass_verification(prebuilt_kernels, reports, name, dtype, head_dim, config):
