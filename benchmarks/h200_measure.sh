@@ -6,7 +6,7 @@
 # 2. the variants suite (bf16 d128 4k: window 256, ALiBi, softcap 30, GQA 8:1 beside plain and causal)
 #                                                                                  -> variants.json, variants.log
 # 3. the head-dim suite (non-native head dims beside the native ones they pad to) -> headdims.json, headdims.log
-# 4. the mask benchmark (benchmarks/mask_bench.py: a document mask beside plain, sm90 and sm80 paths) -> masks.json
+# 4. the mods benchmark (benchmarks/mods_bench.py: score and mask functions beside plain, sm90 and sm80 paths) -> mods.json
 # 5. nvcc throughput against the 16 cores (benchmarks/library_scaling.py --nvcc: K = 64 real compiles one at a time,
 #    then on 16 spawned processes, as the library job's build pool runs them, and on 16 threads of one process)
 #                                                                                  -> scaling.json, scaling.log
@@ -33,8 +33,8 @@ timeout -k 10 "$(cap 90 170)" $FG bench --suite variants --gpu h200 --min-time 0
 echo "[$SECONDS s] variants: exit $?"; tail -12 "$W/variants.log"
 timeout -k 10 "$(cap 90 120)" $FG bench --suite headdims --gpu h200 --min-time 0.1 --out "$W/headdims.json" > "$W/headdims.log" 2>&1
 echo "[$SECONDS s] head dims: exit $?"; tail -16 "$W/headdims.log"
-timeout -k 10 "$(cap 60 130)" python3 benchmarks/mask_bench.py --out "$W/masks.json" > "$W/masks.log" 2>&1
-echo "[$SECONDS s] masks: exit $?"; cat "$W/masks.log" | tail -4
+timeout -k 10 "$(cap 60 130)" python3 benchmarks/mods_bench.py --out "$W/mods.json" > "$W/mods.log" 2>&1
+echo "[$SECONDS s] mods: exit $?"; grep -v -i warn "$W/mods.log" | tail -6
 timeout -k 10 "$(cap 200 10)" python3 benchmarks/library_scaling.py --skip-library --nvcc --nvcc-workers process,thread \
   --out "$W/scaling.json" > "$W/scaling.log" 2>&1
 echo "[$SECONDS s] nvcc scaling: exit $?"; grep "^nvcc" "$W/scaling.log"

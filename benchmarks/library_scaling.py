@@ -229,12 +229,15 @@ def main() -> int:
                   flush=True)
         if args.nvcc:
             result["nvcc"] = nv = nvcc_throughput(scratch, nvcc_count, jobs, tuple(args.nvcc_workers.split(",")))
-            print(f"nvcc: {nv['compiles']} compiles ({nv['distinct_kernels']} kernels): "
-                  f"{nv['one_at_a_time']['wall_s']} s one at a time, {nv['parallel']['wall_s']} s on {jobs} {nv['workers']} workers "
-                  f"(bound {nv['makespan_bound_s']} s, longest compile {nv['longest_compile_s']} s, list schedule "
-                  f"{nv['list_schedule_s']} s, each compile {nv['slowdown_per_compile']}x slower); efficiency "
-                  f"{nv['efficiency']} raw, {nv['efficiency_vs_bound']} against the bound; cache hits "
-                  f"{nv['one_at_a_time']['cache_hits']} + {nv['parallel']['cache_hits']}", flush=True)
+            # one line per worker kind (the first kind's figures are the top level, the others under by_workers)
+            for kind in (nv, *nv["by_workers"].values()):
+                print(f"nvcc: {nv['compiles']} compiles ({nv['distinct_kernels']} kernels): "
+                      f"{nv['one_at_a_time']['wall_s']} s one at a time, {kind['parallel']['wall_s']} s on {jobs} "
+                      f"{kind['workers']} workers (bound {nv['makespan_bound_s']} s, longest compile "
+                      f"{nv['longest_compile_s']} s, list schedule {nv['list_schedule_s']} s, each compile "
+                      f"{kind['slowdown_per_compile']}x slower); efficiency {kind['efficiency']} raw, "
+                      f"{kind['efficiency_vs_bound']} against the bound; cache hits "
+                      f"{nv['one_at_a_time']['cache_hits']} + {kind['parallel']['cache_hits']}", flush=True)
         result["machine"]["load_after"] = os.getloadavg()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

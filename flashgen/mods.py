@@ -640,21 +640,26 @@ def _mask_grid(cond, values: dict[str, Any], n: int, m: int):
 
 
 def visible_pairs(mods: Mods, variant, n: int, m: int, *, batch: int = 1, heads: int = 1,
-                  head_dim: int | None = None) -> int | None:
+                  head_dim: int | None = None, tensors: dict[str, Any] | None = None) -> int | None:
     """The (query, key) pairs a mask of positions and the variant's own mask leave visible at N=n, M=m, summed over
     `batch` x `heads` (b, h): the work a kernel with the mask must do (flashgen.harness.bench's visible-work TF/s).
-    None for a mask that reads the score or a call-time tensor (its pairs depend on the call), or D without
-    `head_dim`."""
+    Without a mask function, the variant's own pairs. A mask that reads call-time tensors counts with `tensors` (name
+    -> the values the call passes, e.g. flashgen.tl_spec.tensors.fill_all's); None for one that reads the score, or
+    reads a tensor not given, or D without `head_dim`."""
     import numpy as np
 
     from flashgen.reference import visible_mask
 
-    if not mods.mask_of_positions or _tensors_read(expression(mods.mask_mod)):
+    base = visible_mask(n, m, variant)
+    if mods.mask_mod is None:
+        return int(base.sum()) * batch * heads
+    read = _tensors_read(expression(mods.mask_mod))
+    if not mods.mask_of_positions or not set(read) <= set(tensors or {}):
         return None
     q, k = np.meshgrid(np.arange(n), np.arange(m), indexing="ij")
-    base = visible_mask(n, m, variant)
     cond = tl_expression(mods.mask_mod, mods)
     sizes = {"B": batch, "H": heads, "N": n, "M": m, **({"D": head_dim} if head_dim is not None else {})}
+    sizes |= {name: np.asarray(tensors[name]) for name in read}
     uses = _names(expression(mods.mask_mod))
     if "D" in uses and head_dim is None:
         return None

@@ -368,22 +368,34 @@ def test_kernels_with_tile_tests_translate_and_compile(gpu, dtype, head_dim, var
     assert not any(u.spills for u in built.kernels.values()) or path == "sm75", built.feedback_text()
 
 
-def test_the_mask_benchmark_counts_visible_pairs_and_builds_what_generate_builds():
-    from flashgen.harness.suite import MASK_SUITE, MASK_SUITE_SHAPE, build_mask_kernel, masks_suite
+def test_the_mods_benchmark_counts_visible_pairs_and_builds_what_generate_builds():
+    from flashgen.harness.suite import MOD_SEED, MOD_SUITE, MOD_SUITE_SHAPE, build_mask_kernel, mods_suite
     from flashgen.mods import visible_pairs
+    from flashgen.tl_spec.tensors import fill_all, sizes_of
 
-    (row,) = masks_suite()
-    assert row[2] == MASK_SUITE_SHAPE and row[3] == "document512" and row[1] == Variant()
-    s = MASK_SUITE_SHAPE
-    doc = make_mods(**MASK_SUITE["document512"])
+    rows = mods_suite()
+    assert [r[3] for r in rows] == ["document512", "lengths", "score_cos"]
+    assert all(r[2] == MOD_SUITE_SHAPE and r[1] == Variant() for r in rows)
+    s = MOD_SUITE_SHAPE
+    doc = make_mods(**MOD_SUITE["document512"])
     assert visible_pairs(doc, Variant(), s.N, s.M, batch=s.B, heads=s.H) * 8 == s.B * s.H * s.N * s.M
     heads = make_mods(mask_mod="h * 64 <= k_idx and k_idx < 64 * (h + b + 2)")
     q, k = np.meshgrid(np.arange(300), np.arange(250), indexing="ij")
     want = sum(int(((h * 64 <= k) & (k < 64 * (h + b + 2)) & (k <= q - 50)).sum()) for b in range(2) for h in range(3))
     assert visible_pairs(heads, CAUSAL, 300, 250, batch=2, heads=3) == want
-    assert visible_pairs(make_mods(mask_mod="k_idx < LEN[b]", tensors=LEN), PLAIN, 10, 10) is None
+    # a mask reading a call-time tensor counts with the values the call passes, and only with them
+    lengths = make_mods(**MOD_SUITE["lengths"])
+    assert visible_pairs(lengths, PLAIN, 10, 10) is None
+    assert visible_pairs(lengths, PLAIN, 10, 10, batch=3, heads=2, tensors={"LEN": np.array([0, 4, 99])}) == 2 * 10 * 14
+    assert visible_pairs(lengths, CAUSAL, 10, 10, batch=1, tensors={"LEN": np.array([4])}) == 1 + 2 + 3 + 7 * 4  # rows 0, 1, 2, then 4 keys each
+    assert visible_pairs(make_mods(**MOD_SUITE["score_cos"]), CAUSAL, 8, 8, batch=2) == 2 * 36  # no mask: the variant's
     for gpu, arch in (("h200", "sm_90a"), ("a100", "sm_80")):  # the sm90 path and the sm80 path
-        source, manifest = build_mask_kernel(gpu, "bf16", Variant(), s.D, MASK_SUITE["document512"])
+        source, manifest = build_mask_kernel(gpu, "bf16", Variant(), s.D, MOD_SUITE["document512"])
         assert (manifest.head_dim, manifest.arch) == (s.D, arch) and "fg::iv::floor_div" in source
         # the verification compares with the mask's meaning, not the plain variant's (as the generate loop records)
         assert "q_idx // 512 == k_idx // 512" in manifest.reference_tl
+        source, manifest = build_mask_kernel(gpu, "bf16", Variant(), s.D, MOD_SUITE["lengths"])
+        tensors = fill_all(manifest.call_tensors, sizes_of(s), MOD_SEED)
+        assert set(tensors) == {"LEN"} and tensors["LEN"].shape == (s.B,) and "mod_tensors[0]" in source
+        share = visible_pairs(lengths, Variant(), s.N, s.M, batch=s.B, heads=s.H, tensors=tensors) / (s.B * s.H * s.N * s.M)
+        assert share == pytest.approx(tensors["LEN"].clip(0, s.M).sum() / (s.B * s.M))

@@ -8,7 +8,7 @@ sm80 path (the A100 target, compiled for the GPU present) and the sm90 path (the
   do skip tiles is asserted on the CPU first (flashgen.mods.tile_report, the kernel's own test in numpy).
 - Kernel.__call__ with given lengths (0, mid-tile, all): O = 0 and LSE = -inf for the batch with none.
 The speed (the document mask of 512 keys beside the plain kernel, the goal within 15 % of plain) is a benchmark's,
-not a test's: benchmarks/mask_bench.py (flashgen.harness.suite.bench_masks).
+not a test's: benchmarks/mods_bench.py (flashgen.harness.suite.bench_mods).
 """
 
 from __future__ import annotations

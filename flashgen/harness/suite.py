@@ -744,44 +744,53 @@ def summary_lines(result: SuiteResult) -> list[str]:
                    f"{c.native_tflops:.1f} TF/s = {c.ratio:.2f}")
     return out
 
-
 # ---------------------------------------------------------------------------------------------
-# Score and mask functions: a mask's kernel beside the plain one, TF/s over the work the mask leaves
+# Score and mask functions: a kernel with them beside the plain one, TF/s over the work the mask leaves
 # ---------------------------------------------------------------------------------------------
 
-#: the mask suite (`bench_masks`): name -> the generate keywords of a mask of positions (flashgen.mods.make_mods),
-#: each timed beside the plain kernel of the same dtype, variant and shape. The document mask of 512-key documents
-#: leaves 1/8 of the pairs at 4k; its kernel skips the key tiles outside a row block's document (docs/variants.md,
-#: Tile skipping), and the issue's goal is visible-work TF/s within MASK_GOAL of the plain kernel's.
-MASK_SUITE: dict[str, dict[str, Any]] = {
+#: the mods suite (`bench_mods`): name -> the generate keywords of a score or mask function (flashgen.mods.make_mods),
+#: each timed beside the plain kernel of the same dtype, variant and shape (issue 15's goal: visible-work TF/s within
+#: MOD_GOAL of the plain kernel's).
+#: - document512: documents of 512 keys, 1/8 of the pairs at 4k; the kernel skips the key tiles outside a row
+#:   block's document (docs/variants.md, Tile skipping), so each row block computes 4 key tiles of 32;
+#: - lengths: a per-batch length table, `k_idx < LEN[b]` (a call-time int32 tensor, filled by its rule with
+#:   MOD_SEED, the values the visible pairs count); the tiles past a batch's length are skipped;
+#: - score_cos: the score function `s + 0.25 * cos(k_idx)` on every pair (no mask).
+MOD_SUITE: dict[str, dict[str, Any]] = {
     "document512": {"mask_mod": "q_idx // DOC == k_idx // DOC", "params": {"DOC": 512}},
+    "lengths": {"mask_mod": "k_idx < LEN[b]", "tensors": {"LEN": "int32[B]:0..M"}},
+    "score_cos": {"score_mod": "s + 0.25 * cos(k_idx)"},
 }
-MASK_SUITE_SHAPE = Shape(B=4, H=16, N=4096, M=4096, D=128)
-MASK_SUITE_DTYPE = DType.bf16
-MASK_GOAL = 0.85  # visible-work TF/s at least this share of the plain kernel's
+MOD_SUITE_SHAPE = Shape(B=4, H=16, N=4096, M=4096, D=128)
+MOD_SUITE_DTYPE = DType.bf16
+MOD_GOAL = 0.85  # visible-work TF/s at least this share of the plain kernel's
+MOD_SEED = 0  # the seed the call-time tensors are filled with (bench_kernels' and the visible pairs')
 
 
-class MaskBench(BaseModel):
-    """One mask beside the plain kernel: medians, and TF/s over each one's own visible pairs."""
+class ModBench(BaseModel):
+    """One kernel with score or mask functions beside the plain kernel: verification, medians, and TF/s over each
+    one's own visible pairs."""
 
     name: str
-    mask_mod: str
+    score_mod: str | None = None
+    mask_mod: str | None = None
     gpu: str = Field(description="the target the kernels were built for (its code path)")
     shape: Shape
     kernel: str | None = None
     ok: bool = False
     error: str | None = None
+    verified: str | None = Field(default=None, description="the verification's summary line (every default case)")
     visible_share: float | None = Field(default=None, description="the mask's visible pairs / the plain kernel's")
     ms: float | None = None
     plain_ms: float | None = None
     tflops_visible: float | None = Field(default=None, description="4*B*H*D per visible pair / the mask's time")
     plain_tflops: float | None = None
-    ratio: float | None = Field(default=None, description="tflops_visible / plain_tflops (the goal: >= MASK_GOAL)")
+    ratio: float | None = Field(default=None, description="tflops_visible / plain_tflops (the goal: >= MOD_GOAL)")
 
 
-def masks_suite() -> list[tuple[DType, Variant, Shape, str]]:
-    """The mask suite's rows: (dtype, variant, shape, mask name), each mask at MASK_SUITE_SHAPE, plain variant."""
-    return [(MASK_SUITE_DTYPE, Variant(), MASK_SUITE_SHAPE, name) for name in MASK_SUITE]
+def mods_suite() -> list[tuple[DType, Variant, Shape, str]]:
+    """The mods suite's rows: (dtype, variant, shape, name), each at MOD_SUITE_SHAPE, plain variant."""
+    return [(MOD_SUITE_DTYPE, Variant(), MOD_SUITE_SHAPE, name) for name in MOD_SUITE]
 
 
 def build_mask_kernel(gpu: str, dtype: DType | str, variant: Variant, head_dim: int, mods_keywords: dict[str, Any]):
@@ -801,51 +810,62 @@ def build_mask_kernel(gpu: str, dtype: DType | str, variant: Variant, head_dim: 
     return source, manifest
 
 
-def bench_masks(gpu: str = "h200", names: list[str] | None = None, min_time_s: float = 0.2,
-                timeout_s: float = 1800) -> list[MaskBench]:
-    """Needs a GPU. Each mask of MASK_SUITE (or `names`) and the plain kernel, built on the CPU for `gpu` (its code
-    path: h200 the sm90 path, a100 the sm80 path, compiled for the GPU present), timed in one worker at
-    MASK_SUITE_SHAPE without baselines; each one's TF/s counts its own visible pairs (flashgen.mods.visible_pairs),
-    and `ratio` is the mask's over the plain kernel's. Verification is the GPU tests' (tests/test_tile_skipping_gpu.py)."""
+def bench_mods(gpu: str = "h200", names: list[str] | None = None, min_time_s: float = 0.2,
+               timeout_s: float = 1800) -> list[ModBench]:
+    """Needs a GPU. Each kernel of MOD_SUITE (or `names`) and the plain kernel, built on the CPU for `gpu` (its code
+    path: h200 the sm90 path, a100 the sm80 path, compiled for the GPU present); each with functions is verified first
+    (the harness's whole verification, against the functions' meaning) and, if it passes, timed with the plain
+    kernel in one worker at MOD_SUITE_SHAPE without baselines. Each one's TF/s counts its own visible pairs
+    (flashgen.mods.visible_pairs, with the call-time tensors the timing passes), and `ratio` is its over the plain
+    kernel's."""
     from flashgen.harness.device import KernelInput
     from flashgen.harness.worker import GpuWorker
     from flashgen.mods import make_mods, visible_pairs
+    from flashgen.tl_spec.tensors import fill_all, sizes_of
 
-    shape, dtype, variant = MASK_SUITE_SHAPE, MASK_SUITE_DTYPE, Variant()
+    shape, dtype, variant = MOD_SUITE_SHAPE, MOD_SUITE_DTYPE, Variant()
     plain_source, plain_manifest, _ = build_expert_kernel(gpu, dtype, variant, shape.D)
-    rows: list[MaskBench] = []
-    kernels = [KernelInput(source=plain_source, manifest=plain_manifest)]
-    for name in names or list(MASK_SUITE):
-        keywords = MASK_SUITE[name]
-        row = MaskBench(name=name, mask_mod=keywords["mask_mod"], gpu=gpu, shape=shape)
+    rows: list[ModBench] = []
+    built: list[tuple[ModBench, KernelInput]] = []
+    for name in names or list(MOD_SUITE):
+        keywords = MOD_SUITE[name]
+        row = ModBench(name=name, score_mod=keywords.get("score_mod"), mask_mod=keywords.get("mask_mod"), gpu=gpu,
+                       shape=shape)
+        rows.append(row)
         try:
             source, manifest = build_mask_kernel(gpu, dtype, variant, shape.D, keywords)
         except Exception as exc:
             row.error = f"build failed: {exc}"
-        else:
-            row.kernel = manifest.name
-            pairs = visible_pairs(make_mods(**keywords), variant, shape.N, shape.M, batch=shape.B, heads=shape.H,
-                                  head_dim=shape.D)
-            row.visible_share = None if pairs is None else pairs / (shape.B * shape.H * shape.N * shape.M)
-            kernels.append(KernelInput(source=source, manifest=manifest))
-        rows.append(row)
+            continue
+        row.kernel = manifest.name
+        tensors = fill_all(manifest.call_tensors, sizes_of(shape), MOD_SEED)
+        pairs = visible_pairs(make_mods(**keywords), variant, shape.N, shape.M, batch=shape.B, heads=shape.H,
+                              head_dim=shape.D, tensors=tensors)
+        row.visible_share = None if pairs is None else pairs / (shape.B * shape.H * shape.N * shape.M)
+        built.append((row, KernelInput(source=source, manifest=manifest)))
     with GpuWorker(job_timeout_s=timeout_s) as worker:
-        result = worker.call("flashgen.harness.bench:bench_kernels", timeout_s=timeout_s, kernels=kernels,
-                             shapes=[shape], baselines=False, min_time_s=min_time_s)
+        timed: list[tuple[ModBench, KernelInput]] = []
+        for row, kernel in built:
+            report = worker.verify(kernel, timeout_s=min(timeout_s, 300.0))
+            row.verified = (report.summary or "").splitlines()[0] if report.summary else None
+            if report.ok:
+                timed.append((row, kernel))
+            else:
+                row.error = f"fails verification: {row.verified}"
+        result = worker.call("flashgen.harness.bench:bench_kernels", timeout_s=timeout_s,
+                             kernels=[KernelInput(source=plain_source, manifest=plain_manifest),
+                                      *(kernel for _row, kernel in timed)],
+                             shapes=[shape], baselines=False, min_time_s=min_time_s, seed=MOD_SEED)
     if not result.ok:
-        for row in rows:
-            row.error = row.error or f"bench failed: {(result.error or '').splitlines()[0]}"
+        for row, _kernel in timed:
+            row.error = f"bench failed: {(result.error or '').splitlines()[0]}"
         return rows
-    # one entry per kernel, in the kernels' order (a mask's kernel has the plain kernel's name: its variant's)
+    # one entry per kernel, in the kernels' order (a kernel with functions has its variant's name: the plain one's)
     entries = [e for e in result.value.entries if e.kind == "kernel"]
     plain = entries[0] if entries and entries[0].ok else None
-    timed = iter(entries[1:])
-    for row in rows:
-        if row.kernel is None:
-            continue
-        entry = next(timed, None)
-        if entry is None or not entry.ok or plain is None or row.visible_share is None:
-            row.error = (entry.error if entry is not None else None) or "not timed (or the plain kernel was not)"
+    for (row, _kernel), entry in zip(timed, entries[1:], strict=False):
+        if not entry.ok or plain is None or row.visible_share is None:
+            row.error = entry.error or "not timed (or the plain kernel was not)"
             continue
         row.ms, row.plain_ms = entry.stats.median_ms, plain.stats.median_ms
         row.plain_tflops = plain.tflops
