@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Score and mask functions on a lent H200, in one call from the repo root (carry [".whl"]):
 #   run(command="FLASHGEN_GIT_COMMIT=<sha> bash benchmarks/h200_mods.sh", carry=[".whl"], timeout_s=600)
+# 0. the GPU tests of the kernels that skip key tiles and take call-time tensors (tests/test_tile_skipping_gpu.py,
+#    tests/test_call_time_gpu.py), so a change to those kernels is verified in the call that times it -> pytest.log
 # 1. the mods benchmark (benchmarks/mods_bench.py: a document mask of 512 keys, the per-batch length mask
 #    `k_idx < LEN[b]` and the score function `s + 0.25 * cos(k_idx)`, each verified, then timed beside the plain
 #    kernel, bf16 d128 4k, on the sm90 and sm80 paths)                                 -> mods.json, mods.log
 # 2. the same functions given from the command line, as a user gives them: `flashgen generate` (verified on the GPU
 #    and timed beside the libraries)                                                  -> gen_*.log
-# 3. Nsight Compute (a few sections) and SASS of the document-mask and score-function kernels beside the plain one,
-#    the plain one at N = 512 too (the document mask's row blocks see 512 keys each)   -> ncu_*.txt, sass_*.txt
-# Each step runs under a timeout cut from one deadline (MEASURE_BUDGET_S, default 540 s); everything lands in
+# 3. Nsight Compute (a few sections) and SASS of the document-mask and score-function kernels, and the plain one at
+#    N = 512 (the document mask's row blocks see 512 keys each)   -> ncu_*.txt, sass_*.txt
+# Each step runs under a timeout cut from one deadline (MEASURE_BUDGET_S, default 550 s); everything lands in
 # $OUT/mods.tgz (the device returns at most 8 files).
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -18,24 +20,27 @@ export PYTHONUNBUFFERED=1 FLASHGEN_HOME=${FLASHGEN_HOME:-/tmp/flashgen-home} OPE
 OUT=${OUT:-/tmp/flashgen-out}
 W=/tmp/mods
 mkdir -p "$OUT" "$W"
-BUDGET=${MEASURE_BUDGET_S:-540}
+BUDGET=${MEASURE_BUDGET_S:-550}
 cap() { local want=$1 reserve=$2 avail; avail=$(( BUDGET - SECONDS - reserve )); (( avail < want )) && want=$avail; (( want < 5 )) && want=5; echo "$want"; }
 { echo "# commit ${FLASHGEN_GIT_COMMIT:-unknown}, $(date -u +%FT%TZ), $(nproc) cpus"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
   nvcc --version | tail -1; } | tee "$W/env.txt"
-timeout -k 10 "$(cap 200 300)" python3 benchmarks/mods_bench.py --out "$W/mods.json" > "$W/mods.log" 2>&1
+timeout -s INT -k 20 "$(cap 150 380)" python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_tile_skipping_gpu.py \
+  tests/test_call_time_gpu.py > "$W/pytest.log" 2>&1
+echo "[$SECONDS s] GPU tests: exit $?"; grep -v "^\.*\s*\[" "$W/pytest.log" | tail -6
+timeout -k 10 "$(cap 150 230)" python3 benchmarks/mods_bench.py --out "$W/mods.json" > "$W/mods.log" 2>&1
 echo "[$SECONDS s] mods bench: exit $?"; grep -v -i warn "$W/mods.log" | tail -8
 FG="python3 -m flashgen.cli"
-timeout -k 10 "$(cap 90 210)" $FG generate --gpu h200 --dtype bf16 --head-dim 128 --score-mod 's + 0.25 * cos(k_idx)' \
+timeout -k 10 "$(cap 70 160)" $FG generate --gpu h200 --dtype bf16 --head-dim 128 --score-mod 's + 0.25 * cos(k_idx)' \
   --out "$W/gen_score" > "$W/gen_score.log" 2>&1
 echo "[$SECONDS s] generate --score-mod: exit $?"; tail -14 "$W/gen_score.log"
-timeout -k 10 "$(cap 90 120)" $FG generate --gpu h200 --dtype bf16 --head-dim 128 --mask-mod 'k_idx < LEN[b]' \
+timeout -k 10 "$(cap 70 100)" $FG generate --gpu h200 --dtype bf16 --head-dim 128 --mask-mod 'k_idx < LEN[b]' \
   --tensor 'LEN=int32[B]:0..M' --out "$W/gen_mask" > "$W/gen_mask.log" 2>&1
 echo "[$SECONDS s] generate --mask-mod: exit $?"; tail -14 "$W/gen_mask.log"
 timeout -k 10 "$(cap 60 60)" python3 benchmarks/kernel_dev/mods_build.py "$W/k" plain document512 score_cos > "$W/build.log" 2>&1
 echo "[$SECONDS s] mods kernels built: exit $?"; cat "$W/build.log"
 NCU="ncu --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy --section SchedulerStats -k regex:fg_"
-for spec in "document512 4096" "plain 512" "plain 4096" "score_cos 4096"; do
+for spec in "document512 4096" "plain 512" "score_cos 4096"; do
   set -- $spec
   timeout -k 10 "$(cap 40 5)" $NCU python3 benchmarks/kernel_dev/ncu_dev.py "$W/k/$1" --n "$2" > "$W/ncu_$1_$2.txt" 2>&1
   echo "[$SECONDS s] ncu $1 N=$2: exit $?"; grep -E "Duration|Executed Ipc A|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" "$W/ncu_$1_$2.txt" | head -6
