@@ -21,12 +21,8 @@ case "${PART:-all}" in
   all) ;;
   *) echo "PART=${PART}: 1, 2 or all"; exit 2 ;;
 esac
-[ -n "${NO_WHEELS:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-} || { echo "wheel install from .whl/ failed (carry .whl, or NO_WHEELS=1)"; exit 1; }
+. benchmarks/device_prelude.sh || exit 1
 set -o pipefail
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-export FLASHGEN_HOME=${FLASHGEN_HOME:-/tmp/flashgen-home}
-OUT=${OUT:-/tmp/flashgen-out}
-mkdir -p "$OUT"
 {
   echo "# gpu suite (part ${PART:-all}): $(date -u +%FT%TZ)  commit: ${FLASHGEN_GIT_COMMIT:-unknown}  cpus: $(nproc)"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1 || echo "no nvidia-smi"

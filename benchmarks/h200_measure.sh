@@ -14,18 +14,11 @@
 # stop the next, and everything lands in $OUT/measure.tgz (the device returns at most 8 files).
 set -u
 cd "$(dirname "$0")/.." || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || { echo "wheel install from .whl/ failed"; exit 1; }
-export PYTHONUNBUFFERED=1 FLASHGEN_HOME=${FLASHGEN_HOME:-/tmp/flashgen-home} OPENBLAS_NUM_THREADS=1
-OUT=${OUT:-/tmp/flashgen-out}
+. benchmarks/device_prelude.sh || exit 1
 W=/tmp/measure
-mkdir -p "$OUT" "$W"
+mkdir -p "$W"
 BUDGET=${MEASURE_BUDGET_S:-580}
-# a step's limit: its own cap, never more than what is left minus what the later steps need
-cap() { local want=$1 reserve=$2 avail; avail=$(( BUDGET - SECONDS - reserve )); (( avail < want )) && want=$avail; (( want < 5 )) && want=5; echo "$want"; }
-{ echo "# commit ${FLASHGEN_GIT_COMMIT:-unknown}, $(date -u +%FT%TZ), $(nproc) cpus"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
-  nvcc --version | tail -1; } | tee "$W/env.txt"
+device_header | tee "$W/env.txt"
 FG="python3 -m flashgen.cli"
 timeout -k 10 "$(cap 240 260)" $FG bench --suite hopper --gpu h200 --min-time 0.1 --out "$W/hopper.json" > "$W/hopper.log" 2>&1
 echo "[$SECONDS s] hopper grid: exit $?"; tail -5 "$W/hopper.log"

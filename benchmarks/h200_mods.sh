@@ -14,17 +14,11 @@
 # $OUT/mods.tgz (the device returns at most 8 files).
 set -u
 cd "$(dirname "$0")/.." || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || { echo "wheel install from .whl/ failed"; exit 1; }
-export PYTHONUNBUFFERED=1 FLASHGEN_HOME=${FLASHGEN_HOME:-/tmp/flashgen-home} OPENBLAS_NUM_THREADS=1
-OUT=${OUT:-/tmp/flashgen-out}
+. benchmarks/device_prelude.sh || exit 1
 W=/tmp/mods
-mkdir -p "$OUT" "$W"
+mkdir -p "$W"
 BUDGET=${MEASURE_BUDGET_S:-550}
-cap() { local want=$1 reserve=$2 avail; avail=$(( BUDGET - SECONDS - reserve )); (( avail < want )) && want=$avail; (( want < 5 )) && want=5; echo "$want"; }
-{ echo "# commit ${FLASHGEN_GIT_COMMIT:-unknown}, $(date -u +%FT%TZ), $(nproc) cpus"
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
-  nvcc --version | tail -1; } | tee "$W/env.txt"
+device_header | tee "$W/env.txt"
 timeout -s INT -k 20 "$(cap 150 380)" python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_tile_skipping_gpu.py \
   tests/test_call_time_gpu.py > "$W/pytest.log" 2>&1
 echo "[$SECONDS s] GPU tests: exit $?"; grep -v "^\.*\s*\[" "$W/pytest.log" | tail -6

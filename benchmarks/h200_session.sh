@@ -12,20 +12,11 @@
 # Copy the two JSON files to benchmarks/results/ and performance.md to docs/ here.
 set -u
 cd "$(dirname "$0")/.." || exit 1
+. benchmarks/device_prelude.sh || exit 1
 START=$SECONDS
 BUDGET=${SESSION_BUDGET_S:-540}
 PHASE=${PHASE:-all}
 want() { [ "$PHASE" = all ] || [ "$PHASE" = "$1" ]; }
-left() { echo $((BUDGET - (SECONDS - START))); }
-# a stage's limit: its own cap, but never more than what is left minus what later stages need
-cap() { local want=$1 reserve=$2 avail; avail=$(( $(left) - reserve )); (( avail < want )) && want=$avail; (( want < 5 )) && want=5; echo "$want"; }
-
-OUT=${OUT:-/tmp/flashgen-out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site:$PWD || { echo "wheel install failed"; exit 1; }
-export PYTHONUNBUFFERED=1
-export FLASHGEN_HOME=/tmp/flashgen-home
 FG="python3 -m flashgen.cli"
 DAY=$(date -u +%F)
 J80="benchmarks/results/$DAY-h200-fa2-sm_80.json"

@@ -5,11 +5,7 @@
 # EFFICIENT backends and FlexAttention in the same process). $OUT gets the results JSON and the log; the JSON is
 # rewritten after every kernel, so a run cut by its limit (HOPPER_BENCH_LIMIT_S, default 420) still reports.
 cd "$(dirname "$0")/.." || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site:${PYTHONPATH:-} || { echo "wheel install from .whl/ failed"; exit 1; }
-export PYTHONPATH="$PWD:$PYTHONPATH" PYTHONUNBUFFERED=1 FLASHGEN_HOME=${FLASHGEN_HOME:-/tmp/flashgen-home}
-OUT=${OUT:-/tmp/flashgen-out}
-mkdir -p "$OUT"
+. benchmarks/device_prelude.sh || exit 1
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader; nvcc --version | tail -1; } | tee "$OUT/hopper-bench.log"
 timeout -k 10 "${HOPPER_BENCH_LIMIT_S:-420}" python3 -m flashgen.cli bench --suite hopper --gpu h200 --min-time 0.1 \
   --out "$OUT/hopper.json" "$@" 2>&1 | tee -a "$OUT/hopper-bench.log"

@@ -14,11 +14,7 @@
 #    own arch, then again with a define of their own each; one at a time, then on 16 threads) and the 4-entry CPU-only
 #    job (benchmarks/library_scaling.py) -> $OUT/h200-scaling.json
 cd "$(dirname "$0")/.." || exit 1
-[ -n "${NO_WHEELS:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:${PYTHONPATH:-} || { echo "wheel install from .whl/ failed"; exit 1; }
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
-export FLASHGEN_HOME=${FLASHGEN_HOME:-/tmp/flashgen-home}
-OUT=${OUT:-/tmp/flashgen-out}
-mkdir -p "$OUT"
+. benchmarks/device_prelude.sh || exit 1
 echo "# library on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(nproc) cpus, $(nvcc --version | tail -1)"
 python3 -m flashgen targets detect --out "$OUT/h200-detected.toml"; cat "$OUT/h200-detected.toml"
 cat > /tmp/h200-library.toml <<'SPEC'

@@ -1,0 +1,30 @@
+# Sourced from the repo root by the one-call scripts for a lent GPU machine (benchmarks/*.sh):
+#   . benchmarks/device_prelude.sh || exit 1
+# It installs the carried wheels (.whl/: the packages that machine's image lacks, built with
+# ../shared/gpu/wheelhouse.sh as gpu_suite.sh's header lists them; NO_WHEELS=1 skips the install), puts them and the
+# checkout on PYTHONPATH, sets unbuffered Python, one BLAS thread and flashgen's home (FLASHGEN_HOME, default
+# /tmp/flashgen-home), makes $OUT (default /tmp/flashgen-out), and defines
+#   cap WANT RESERVE  a step's limit in seconds under one deadline, $BUDGET (set it first): WANT, but never more than
+#                     what is left minus RESERVE (what the later steps need), and never below 5
+#   device_header     the commit (FLASHGEN_GIT_COMMIT), the time and the CPUs; the GPU, its driver and clocks; nvcc
+if [ -z "${NO_WHEELS:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "wheel install from .whl/ failed (carry .whl, or NO_WHEELS=1)"; return 1; }
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
+export FLASHGEN_HOME=${FLASHGEN_HOME:-/tmp/flashgen-home}
+OUT=${OUT:-/tmp/flashgen-out}
+mkdir -p "$OUT"
+cap() {
+  local want=$1 reserve=$2 avail
+  avail=$(( BUDGET - SECONDS - reserve ))
+  (( avail < want )) && want=$avail
+  (( want < 5 )) && want=5
+  echo "$want"
+}
+device_header() {
+  echo "# commit ${FLASHGEN_GIT_COMMIT:-unknown}, $(date -u +%FT%TZ), $(nproc) cpus"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader 2>&1 | head -1
+  nvcc --version 2>&1 | tail -1
+}
