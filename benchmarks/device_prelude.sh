@@ -7,6 +7,8 @@
 #   cap WANT RESERVE  a step's limit in seconds under one deadline, $BUDGET (set it first): WANT, but never more than
 #                     what is left minus RESERVE (what the later steps need), and never below 5
 #   device_header     the commit (FLASHGEN_GIT_COMMIT), the time and the CPUs; the GPU, its driver and clocks; nvcc
+#   scratch DIR BUDGET_S  for a script that gathers its files in one folder under one deadline: W=DIR (made),
+#                     BUDGET=$MEASURE_BUDGET_S or BUDGET_S, and the header shown and written to $W/env.txt
 if [ -z "${NO_WHEELS:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install from .whl/ failed (carry .whl, or NO_WHEELS=1)"; return 1; }
@@ -27,4 +29,10 @@ device_header() {
   echo "# commit ${FLASHGEN_GIT_COMMIT:-unknown}, $(date -u +%FT%TZ), $(nproc) cpus"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader 2>&1 | head -1
   nvcc --version 2>&1 | tail -1
+}
+scratch() {
+  W=$1
+  mkdir -p "$W"
+  BUDGET=${MEASURE_BUDGET_S:-$2}
+  device_header | tee "$W/env.txt"
 }

@@ -15,10 +15,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . benchmarks/device_prelude.sh || exit 1
-W=/tmp/measure
-mkdir -p "$W"
-BUDGET=${MEASURE_BUDGET_S:-580}
-device_header | tee "$W/env.txt"
+scratch /tmp/measure 580
 FG="python3 -m flashgen.cli"
 timeout -k 10 "$(cap 240 260)" $FG bench --suite hopper --gpu h200 --min-time 0.1 --out "$W/hopper.json" > "$W/hopper.log" 2>&1
 echo "[$SECONDS s] hopper grid: exit $?"; tail -5 "$W/hopper.log"

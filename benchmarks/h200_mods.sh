@@ -15,10 +15,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . benchmarks/device_prelude.sh || exit 1
-W=/tmp/mods
-mkdir -p "$W"
-BUDGET=${MEASURE_BUDGET_S:-550}
-device_header | tee "$W/env.txt"
+scratch /tmp/mods 550
 timeout -s INT -k 20 "$(cap 150 380)" python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_tile_skipping_gpu.py \
   tests/test_call_time_gpu.py > "$W/pytest.log" 2>&1
 echo "[$SECONDS s] GPU tests: exit $?"; grep -v "^\.*\s*\[" "$W/pytest.log" | tail -6
