@@ -65,6 +65,10 @@ def same_files(a: Path, b: Path) -> list[str]:
     ({**SPEC, "gpu": {"min_time_s": -1}}, "gpu.min_time_s: must be greater than 0"),
     ({k: v for k, v in SPEC.items() if k != "dtypes"}, "missing key 'dtypes'"),
     ({**SPEC, "head_dims": [64, 64]}, "names one twice"),
+    ({**SPEC, "head_dims": [128, [128, 128]]}, "head_dims: [128, [128, 128]] names one twice"),
+    ({**SPEC, "head_dims": [[192, 100]]}, "head_dims: [192, 100]: head dim 100 is not supported"),
+    ({**SPEC, "head_dims": [[192, 128, 64]]}, "each item is a head dim (128) or [D, Dv]"),
+    ({**SPEC, "head_dims": [[192, 128]], "tuned": "search"}, "the parameter search does not take a V head dim"),
 ])
 def test_a_bad_spec_is_one_line(data, message):
     with pytest.raises(UsageError) as caught:
@@ -92,6 +96,29 @@ def test_exclude_drops_combinations_and_names_are_canonical():
     spec = parse_spec({**SPEC, "gpus": ["h200-sxm", "a100"], "exclude": [{"gpu": "a100", "head_dim": 256}]})
     assert spec.gpus == ["h200", "a100"] and len(spec.entries()) == 20
     assert "a100/fp16/plain_d256" not in {e.path for e in spec.entries()}
+
+
+def test_a_v_head_dim_of_its_own_is_an_entry_built_keyed_and_picked(tmp_path, monkeypatch):
+    """[D, Dv] in head_dims: its folder (..._d192v128), the kernel generate builds with head_dim_v, the index's
+    head_dim_v, pick(head_dim_v=...); entries without one keep their keys (no head_dim_v in what is hashed)."""
+    monkeypatch.setenv("FLASHGEN_HOME", str(tmp_path / "home"))
+    spec = parse_spec({"gpus": ["h200"], "dtypes": ["bf16"], "variants": ["plain"], "head_dims": [64, [192, 128]],
+                       "tuned": "packaged", "exclude": [{"head_dim": 192, "head_dim_v": 192}, {"gpu": "a100"}]})
+    assert [e.path for e in spec.entries()] == ["h200/bf16/plain_d64", "h200/bf16/plain_d192v128"]
+    assert "head_dim_v" not in spec.entries()[0].key_dump() and spec.entries()[1].key_dump()["head_dim_v"] == 128
+    rules = spec.index_dump()["exclude"]  # an exclude rule records head_dim_v only where it has one
+    assert rules[0]["head_dim_v"] == 192 and "head_dim_v" not in rules[1]
+    summary = build(spec, tmp_path / "lib", only={"h200/bf16/plain_d192v128"}, gpus=[], jobs=1, store=False)
+    assert summary.built == 1 and summary.failed == 0
+    (entry,) = read_index(tmp_path / "lib").entries
+    assert (entry.path, entry.head_dim, entry.head_dim_v, entry.status) == ("h200/bf16/plain_d192v128", 192, 128, "ok")
+    text = (tmp_path / "lib" / "library.json").read_text()
+    assert text.count('"head_dim_v": 128') == 1
+    library = load(tmp_path / "lib")
+    kernel = library.pick(gpu="h200", dtype="bf16", head_dim=192, head_dim_v=128)
+    assert (kernel.manifest.head_dim, kernel.manifest.head_dim_v) == (192, 128)
+    with pytest.raises(UsageError, match=r"no kernel for h200 bf16 plain d192 in .*; it holds for h200: bf16/plain_d192v128"):
+        library.pick(gpu="h200", dtype="bf16", head_dim=192)
 
 
 # ------------------------------------------------------------------------------------------------ local engine

@@ -188,11 +188,12 @@ def pick_command(
     dtype: str = typer.Option("fp16", "--dtype"),
     variant: str = typer.Option("plain", "--variant", help="plain, causal, ... (the folder names)"),
     head_dim: int = typer.Option(128, "--head-dim"),
+    head_dim_v: int | None = typer.Option(None, "--head-dim-v", help="V's and O's own head dim (default: --head-dim)"),
 ) -> None:
     """Print the folder of the library's kernel for a call (or say in one line why none fits)."""
     from flashgen.library.index import load
 
-    kernel = load(folder).pick(gpu=gpu, dtype=dtype, head_dim=head_dim, variant=variant)
+    kernel = load(folder).pick(gpu=gpu, dtype=dtype, head_dim=head_dim, variant=variant, head_dim_v=head_dim_v)
     typer.echo(str(kernel.out_dir))
 
 

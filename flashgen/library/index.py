@@ -1,4 +1,4 @@
-"""A library folder: GPU/DTYPE/VARIANT_dHEAD/ per kernel (the files `flashgen generate` writes), `library.json`
+"""A library folder: GPU/DTYPE/VARIANT_dHEAD/ per kernel (VARIANT_dHEADvHEADV where V has a head dim of its own) (the files `flashgen generate` writes), `library.json`
 (the index: every entry, its key, status, error, target, variant, parameters, which GPU verified and timed it or
 "compiled and estimated", verification, timings, the digests of its files; with tuned = "search" also `tuning`: the
 parameter search on the entry's GPU, its candidates and their times, or why the parameters are the fallback's) and
@@ -9,6 +9,7 @@ same index, so generated/ can be such a library and its regeneration compared by
 
     lib = flashgen.library.load("generated")
     kernel = lib.pick(gpu="h200", dtype="bf16", variant="causal", head_dim=128)   # a flashgen.api.Kernel
+    kernel = lib.pick(gpu="h200", dtype="bf16", head_dim=192, head_dim_v=128)     # V's and O's own head dim
     o = kernel(q, k, v)
 """
 
@@ -38,6 +39,7 @@ class IndexEntry(BaseModel):
     variant: str
     variant_fields: dict[str, Any] = Field(default_factory=dict)
     head_dim: int
+    head_dim_v: int | None = Field(default=None, description="V's and O's own head dim (none: D's)")
     key: str
     status: Literal["ok", "failed"]
     error: str | None = None
@@ -91,9 +93,10 @@ def read_index(folder: str | Path, missing_ok: bool = True) -> Index | None:
 def index_text(index: Index) -> str:
     data = index.model_dump(mode="json")
     data["entries"] = sorted(data["entries"], key=lambda e: e["path"])
-    for entry in data["entries"]:  # no `tuning` key where no search was asked for (the indexes before it)
-        if entry.get("tuning") is None:
-            entry.pop("tuning", None)
+    for entry in data["entries"]:  # no `tuning` key where no search was asked for, no `head_dim_v` where V's head
+        for key in ("tuning", "head_dim_v"):  # dim is D's (the indexes from before them read the same)
+            if entry.get(key) is None:
+                entry.pop(key, None)
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
@@ -173,12 +176,13 @@ class Library:
         return f"Library({str(self.folder)!r}, {len(self.entries)} entries)"
 
     def pick(self, gpu: str | None = None, dtype: str = "fp16", head_dim: int = 128, variant: str | None = None,
-             *, causal: bool | None = None):
+             *, causal: bool | None = None, head_dim_v: int | None = None):
         """The library's kernel (a flashgen.api.Kernel) for a call on `gpu` (default: the GPU present, CUDA device 0)
-        in `dtype`, `variant` (a generated/ name: plain, causal, ...; or causal=True) and head dim. A UsageError says
-        what the library holds for that GPU when nothing fits, or why the entry that would fit failed."""
+        in `dtype`, `variant` (a generated/ name: plain, causal, ...; or causal=True), head dim and V's head dim
+        (`head_dim_v`, None: the head dim's). A UsageError says what the library holds for that GPU when nothing
+        fits, or why the entry that would fit failed."""
         from flashgen.targets import get_target
-        from flashgen.variant import parse_dtype
+        from flashgen.variant import head_dims_tag, parse_dtype
 
         if gpu is None:
             from flashgen.library.gpus import local_gpus
@@ -193,13 +197,14 @@ class Library:
         target = get_target(gpu).name
         variant = variant or ("causal" if causal else "plain")
         dtype = parse_dtype(dtype).value
-        path = f"{target}/{dtype}/{variant}_d{head_dim}"
+        dims = head_dims_tag(head_dim, head_dim_v)
+        path = f"{target}/{dtype}/{variant}_{dims}"
         entry = self.entries.get(path)
         if entry is None:
             have = sorted(p.split("/", 1)[1] for p in self.entries if p.startswith(target + "/"))
             held = f"it holds for {target}: {', '.join(have)}" if have else \
                 f"it holds no kernel for {target} (GPUs: {', '.join(sorted({p.split('/')[0] for p in self.entries}))})"
-            raise UsageError(f"no kernel for {target} {dtype} {variant} d{head_dim} in {self.folder}; {held}")
+            raise UsageError(f"no kernel for {target} {dtype} {variant} {dims} in {self.folder}; {held}")
         if entry.status != "ok":
             raise UsageError(f"{self.folder}/{path}: this entry failed to build: {entry.error}")
         return load_kernel(self.folder / path)

@@ -101,7 +101,7 @@ def search_inputs(spec: Spec, entry: EntrySpec, target, backend: str, tools: str
     """What a search's result follows (its key): the entry, the target's facts, the [search] settings, the fallback
     parameters (always a candidate), the sources of the entry's translation, the search's own code and the
     toolchain."""
-    return {"entry": entry.model_dump(), "target": target.model_dump(mode="json"),
+    return {"entry": entry.key_dump(), "target": target.model_dump(mode="json"),
             "search": spec.search_settings.model_dump(mode="json"), "fallback": fallback,
             "sources": source_digests(backend), "search_code": search_digest(), "toolchain": tools}
 
@@ -112,9 +112,9 @@ def _planned(spec: Spec, env, entry: EntrySpec, target, backend: str, params: di
     from flashgen.variant import DType
 
     variant = parse_variant_name(entry.variant)
-    tl = env.library_tl(variant, target, DType(entry.dtype), entry.head_dim, form="full", params=params) \
-        if spec.provider.name == "expert" else None
-    inputs = {"entry": entry.model_dump(), "target": target.model_dump(mode="json"),
+    tl = env.library_tl(variant, target, DType(entry.dtype), entry.head_dim, form="full", params=params,
+                        head_dim_v=entry.head_dim_v) if spec.provider.name == "expert" else None
+    inputs = {"entry": entry.key_dump(), "target": target.model_dump(mode="json"),
               "provider": spec.provider.model_dump(mode="json"), "tuned": spec.tuned, "parameters": params, "tl": tl,
               "sources": source_digests(backend), "toolchain": tools}
     if params_from is not None:
@@ -153,7 +153,7 @@ def plan(spec: Spec, only: set[str] | None = None, *, previous: dict[str, ix.Ind
             variant = parse_variant_name(entry.variant)
             dtype = DType(entry.dtype)
             backend = backend_for(target, variant, dtype).name
-            choice = choose_params_with_source(variant, target, dtype, entry.head_dim)
+            choice = choose_params_with_source(variant, target, dtype, entry.head_dim, head_dim_v=entry.head_dim_v)
             params = dict(choice.params)
             if spec.tuned != "search":
                 out.append(_planned(spec, env, entry, target, backend, params, tools))
@@ -197,7 +197,8 @@ def _entry_from_meta(p: Planned, meta: dict[str, Any], files: dict[str, str]) ->
     roof = (meta.get("roofline") or {}).get("time_s")
     return ix.IndexEntry(path=p.entry.path, target=p.entry.gpu, gpu=target.get("gpu", p.target["marketing_name"]),
                          arch=target.get("arch", p.target["arch"]), dtype=p.entry.dtype, variant=p.entry.variant,
-                         variant_fields=meta.get("variant_fields", {}), head_dim=p.entry.head_dim, key=p.key,
+                         variant_fields=meta.get("variant_fields", {}), head_dim=p.entry.head_dim,
+                         head_dim_v=p.entry.head_dim_v, key=p.key,
                          status="ok", backend=(meta.get("code_path") or {}).get("backend", p.backend),
                          parameters=meta.get("parameters", {}), tuning=p.tuning, ran_on=ix.COMPILED_AND_ESTIMATED,
                          verification=meta.get("verification"), timings=meta.get("timings"),
@@ -209,7 +210,8 @@ def _failed_entry(p: Planned, error: str, ran_on=None, verification=None) -> ix.
     return ix.IndexEntry(path=p.entry.path, target=p.entry.gpu, gpu=p.target["marketing_name"], arch=p.target["arch"],
                          dtype=p.entry.dtype, variant=p.entry.variant,
                          variant_fields=parse_variant_name(p.entry.variant).model_dump(mode="json"),
-                         head_dim=p.entry.head_dim, key=p.key, status="failed", error=error, backend=p.backend,
+                         head_dim=p.entry.head_dim, head_dim_v=p.entry.head_dim_v, key=p.key, status="failed",
+                         error=error, backend=p.backend,
                          parameters=p.parameters, tuning=p.tuning, ran_on=ran_on, verification=verification)
 
 

@@ -4,7 +4,7 @@ budgets and what the GPU stages do (docs/batch.md). TOML, validated by pydantic;
     gpus = ["h200", "h100"]
     dtypes = ["fp16", "bf16"]
     variants = ["plain", "causal"]          # the names generated/ uses (flashgen.variant.Variant.name)
-    head_dims = [64, 128, 256]
+    head_dims = [64, 128, 256, [192, 128]]  # a head dim, or [D, Dv] for V's and O's own head dim (Dv)
     exclude = [{ gpu = "t4", head_dim = 256 }]
     tuned = "user"                          # or "packaged": the package's tuned tables alone (generated/); or
                                             # "search": chosen by the parameter search on the entry's GPU
@@ -35,7 +35,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from flashgen.errors import InputError, UsageError, read_text_input
-from flashgen.variant import DType, Norm, Variant, head_dim_problem, parse_dtype
+from flashgen.variant import DType, Norm, Variant, head_dim_problem, head_dims_tag, parse_dtype
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -95,11 +95,12 @@ class Exclude(BaseModel):
     dtype: str | None = None
     variant: str | None = None
     head_dim: int | None = None
+    head_dim_v: int | None = Field(default=None, description="V's head dim (an entry without one has D's)")
 
     def matches(self, entry: EntrySpec) -> bool:
         return all(want is None or want == have for want, have in
                    ((self.gpu, entry.gpu), (self.dtype, entry.dtype), (self.variant, entry.variant),
-                    (self.head_dim, entry.head_dim)))
+                    (self.head_dim, entry.head_dim), (self.head_dim_v, entry.head_dim_v or entry.head_dim)))
 
 
 class Spec(BaseModel):
@@ -107,7 +108,8 @@ class Spec(BaseModel):
     gpus: list[str] = Field(min_length=1)
     dtypes: list[str] = Field(min_length=1)
     variants: list[str] = Field(min_length=1)
-    head_dims: list[int] = Field(min_length=1)
+    head_dims: list[int | tuple[int, int]] = Field(min_length=1, description="head dims: D, or [D, Dv] where V and O "
+                                                   "have a head dim of their own")
     provider: ProviderSpec = Field(default_factory=ProviderSpec)
     gpu: GpuSpec = Field(default_factory=GpuSpec)
     tuned: Literal["user", "packaged", "search"] = "user"
@@ -118,36 +120,67 @@ class Spec(BaseModel):
     out: str | None = Field(default=None, description="the library folder when --out is not given (relative to the "
                             "spec file)")
 
+    @field_validator("head_dims", mode="before")
+    @classmethod
+    def _head_dim_items(cls, items):
+        """Each item an integer or a pair of them, said in one line (pydantic's union error names neither)."""
+        for item in items if isinstance(items, list) else ():
+            pair = isinstance(item, list) and len(item) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                     for x in item)
+            if not pair and (not isinstance(item, int) or isinstance(item, bool)):
+                raise ValueError(f"{item!r}: each item is a head dim (128) or [D, Dv] ([192, 128]: V's and O's "
+                                 "own head dim)")
+        return items
+
     @property
     def search_settings(self) -> SearchSpec:
         return self.search or SearchSpec()
 
     def index_dump(self) -> dict:
-        """The spec as the index records it (no `search` key where the spec has none: older indexes stay as they
-        were)."""
-        return self.model_dump(mode="json", exclude={"search"} if self.search is None else None)
+        """The spec as the index records it (no `search` key where the spec has none, no `head_dim_v` in an exclude
+        rule without one: older indexes stay as they were)."""
+        data = self.model_dump(mode="json", exclude={"search"} if self.search is None else None)
+        for rule in data["exclude"]:
+            if rule.get("head_dim_v") is None:
+                rule.pop("head_dim_v", None)
+        return data
+
+    def head_dim_pairs(self) -> list[tuple[int, int | None]]:
+        """Each head_dims item as (D, Dv), Dv None where V's head dim is D's ([128, 128] is 128)."""
+        pairs = []
+        for item in self.head_dims:
+            d, dv = (item, None) if isinstance(item, int) else item
+            pairs.append((d, None if dv == d else dv))
+        return pairs
 
     def entries(self) -> list[EntrySpec]:
         out = []
-        for gpu, dtype, variant, head_dim in itertools.product(self.gpus, self.dtypes, self.variants, self.head_dims):
-            entry = EntrySpec(gpu=gpu, dtype=dtype, variant=variant, head_dim=head_dim)
+        for gpu, dtype, variant, (head_dim, head_dim_v) in itertools.product(self.gpus, self.dtypes, self.variants,
+                                                                              self.head_dim_pairs()):
+            entry = EntrySpec(gpu=gpu, dtype=dtype, variant=variant, head_dim=head_dim, head_dim_v=head_dim_v)
             if not any(rule.matches(entry) for rule in self.exclude):
                 out.append(entry)
         return out
 
 
 class EntrySpec(BaseModel):
-    """One kernel of the library: its folder is GPU/DTYPE/VARIANT_dHEAD (as generated/)."""
+    """One kernel of the library: its folder is GPU/DTYPE/VARIANT_dHEAD (as generated/), VARIANT_dHEADvHEADV where V
+    has a head dim of its own (flashgen.variant.head_dims_tag)."""
 
     model_config = ConfigDict(frozen=True)
     gpu: str
     dtype: str
     variant: str
     head_dim: int
+    head_dim_v: int | None = None
 
     @property
     def path(self) -> str:
-        return f"{self.gpu}/{self.dtype}/{self.variant}_d{self.head_dim}"
+        return f"{self.gpu}/{self.dtype}/{self.variant}_{head_dims_tag(self.head_dim, self.head_dim_v)}"
+
+    def key_dump(self) -> dict:
+        """The entry as its key reads it: no head_dim_v where V's head dim is D's (the keys from before it stay)."""
+        return self.model_dump(exclude={"head_dim_v"} if self.head_dim_v is None else None)
 
 
 _TOKEN = re.compile(r"^(?:(causal)|window(\d+)|(alibi)|softcap(\d+(?:\.\d+)?)|gqa(\d+)|(lse)|(relu|sigmoid)"
@@ -243,13 +276,20 @@ def parse_spec(data: dict, where: str = "spec", base: Path | None = None) -> Spe
             parse_variant_name(variant)
         except UsageError as exc:
             raise UsageError(f"{where}: variants: {exc}") from None
-    for head_dim in spec.head_dims:
-        if (problem := head_dim_problem(head_dim)) is not None:
-            raise UsageError(f"{where}: head_dims: {problem}")
+    for head_dim, head_dim_v in spec.head_dim_pairs():
+        for dim in (head_dim, head_dim_v):
+            if dim is not None and (problem := head_dim_problem(dim)) is not None:
+                pair = f"[{head_dim}, {head_dim_v}]: " if head_dim_v is not None else ""
+                raise UsageError(f"{where}: head_dims: {pair}{problem}")
+        if head_dim_v is not None and spec.tuned == "search":
+            raise UsageError(f"{where}: head_dims: [{head_dim}, {head_dim_v}]: the parameter search does not take a "
+                             "V head dim of its own yet (tuned = \"search\"); use tuned = \"user\" or \"packaged\" "
+                             "(the tables read at the larger of the two)")
     for field, values in (("gpus", spec.gpus), ("dtypes", spec.dtypes), ("variants", spec.variants),
-                          ("head_dims", spec.head_dims)):
+                          ("head_dims", spec.head_dim_pairs())):
         if len(set(values)) != len(values):
-            raise UsageError(f"{where}: {field}: {values} names one twice")
+            shown = [list(v) if isinstance(v, tuple) else v for v in spec.head_dims] if field == "head_dims" else values
+            raise UsageError(f"{where}: {field}: {shown} names one twice")
     if spec.out is not None and base is not None and not Path(spec.out).is_absolute():
         spec = spec.model_copy(update={"out": str(base / spec.out)})
     spec = spec.model_copy(update={"gpus": gpus})  # canonical names (h100-sxm -> h100): the folders' names
@@ -268,10 +308,11 @@ def check_supported(spec: Spec, where: str = "spec") -> None:
     for entry in spec.entries():
         try:
             env.check_supported(parse_variant_name(entry.variant), get_target(entry.gpu), DType(parse_dtype(entry.dtype)),
-                                entry.head_dim)
+                                entry.head_dim, head_dim_v=entry.head_dim_v)
         except UsageError as exc:
+            dv = f", head_dim_v = {entry.head_dim_v}" if entry.head_dim_v is not None else ""
             raise UsageError(f"{where}: {entry.path}: {exc} (drop it with exclude = [{{ gpu = \"{entry.gpu}\", "
-                             f"head_dim = {entry.head_dim} }}])") from None
+                             f"head_dim = {entry.head_dim}{dv} }}])") from None
 
 
 def load_spec(path: str | Path) -> Spec:

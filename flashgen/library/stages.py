@@ -222,8 +222,9 @@ def build_entry(task: BuildTask) -> BuildResult:
                 _write_chosen(task.chosen, target, variant, entry)
             out = Path(scratch) / "kernel"
             with Store(Path(scratch) / "store", notice=lambda _m: None) as store:
-                kernel = generate(gpu=target.name, dtype=entry.dtype, head_dim=entry.head_dim, **variant_kwargs(variant),
-                                  provider=p.name, model=p.model, base_url=p.base_url, goal_speedup=p.goal_speedup,
+                kernel = generate(gpu=target.name, dtype=entry.dtype, head_dim=entry.head_dim,
+                                  head_dim_v=entry.head_dim_v, **variant_kwargs(variant), provider=p.name,
+                                  model=p.model, base_url=p.base_url, goal_speedup=p.goal_speedup,
                                   out=out, store=store, env=_no_gpu_environment(), **budgets)
             files = {name: (out / name).read_text() for name in FILES if (out / name).is_file()}
         meta = kernel.meta
@@ -427,7 +428,8 @@ def bench_shape(manifest):
     from flashgen.variant import Shape
 
     big = ROOFLINE_SHAPE
-    return Shape(B=big.B, H=big.H, KVH=big.H // manifest.variant.kv_group, N=big.N, M=big.M, D=manifest.head_dim)
+    return Shape(B=big.B, H=big.H, KVH=big.H // manifest.variant.kv_group, N=big.N, M=big.M, D=manifest.head_dim,
+                 DV=manifest.head_dim_v)
 
 
 def gpu_entry(task: GpuTask, worker, gpu) -> GpuResult:
