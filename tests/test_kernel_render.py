@@ -147,3 +147,30 @@ def test_sm90_measured_tiles_keep_at_most_a_few_values_in_local_memory():
     assert result.ok, result.feedback_text()
     worst = {name: max(u.spill_store_bytes, u.spill_load_bytes) for name, u in result.kernels.items()}
     assert len(worst) == len(plans) and max(worst.values()) <= SPILL_TOLERANCE_BYTES, worst
+
+
+@needs_nvcc
+def test_sm90_one_consumer_warpgroup_puts_two_ctas_on_an_sm():
+    """BLOCK_M = 64 on the sm90 path: one consumer warpgroup, so two CTAs share an SM (__launch_bounds__(256, 2), a
+    persistent grid of 2 x SMS), each within half the SM's shared memory less the block's reserve, compiled without
+    spills in the 128 registers a thread holds at launch; a tile that needs more is refused in one line. (No tile
+    table picks it: benchmarks/kernel_dev measures it first, NOTES.md session 7.)"""
+    from flashgen.translators.backends.sm90 import kernel
+
+    plans = [plan_for_variant(Variant(causal=True), "h200", DType.bf16, d, name=f"k_c1_d{d}", backend="sm90",
+                              params={"BLOCK_M": 64, "BLOCK_N": bn, "WARPS": 4, "STAGES": 2, "Q_IN_REGS": 0})
+             for d, bn in ((64, 128), (128, 64))]
+    for plan in plans:
+        source, manifest = render(plan)
+        (launch,) = manifest.launches
+        assert kernel.ctas_per_sm(plan) == 2 and launch.threads == 256 and launch.grid[0].endswith("2 * SMS)")
+        assert eval_size(launch.grid[0], {"N": 4096, "H": 16, "B": 4, "SMS": 132}) == 264
+        assert f"__launch_bounds__({plan.name}_cfg::THREADS, 2)" in source
+        assert launch.smem_bytes <= (228 * 1024) // 2 - 1024 == kernel.cta_smem_limit(plan)
+    result = _compile("sm_90a", plans)
+    assert result.ok, result.feedback_text()
+    assert all(u.registers <= 128 and not u.spills for u in result.kernels.values()), result.kernels
+    too_big = plan_for_variant(Variant(), "h200", DType.bf16, 128, name="k_c1_big", backend="sm90",
+                               params={"BLOCK_M": 64, "BLOCK_N": 128, "WARPS": 4, "STAGES": 2, "Q_IN_REGS": 0})
+    with pytest.raises(UsageError, match=r"over the 115712 each of the 2 CTAs that share an SM at BLOCK_M=64"):
+        render(too_big)

@@ -62,9 +62,11 @@ RUN = ("cur",)  # the schedules built by default
 
 
 # Session 4 run 3: tiles for the persistent, overlapped kernel, mostly the causal rows at small N.
-SWEEP = {(64, True): ((128, 128, 2), (192, 64, 2)), (64, False): ((128, 128, 2),),
-         (128, True): ((128, 96, 2), (128, 176, 2)), (128, False): ((128, 128, 2),), (256, True): ((128, 64, 2),),
-         (256, False): ((128, 64, 2),)}
+# Session 7: BLOCK_M = 64, one consumer warpgroup, two CTAs per SM (kernel.ctas_per_sm), for the short key loops of
+# small N: d64 with 128-key tiles, d128 with 64 (what fits twice in an SM's shared memory).
+SWEEP = {(64, True): ((128, 128, 2), (192, 64, 2), (64, 128, 2)), (64, False): ((128, 128, 2), (64, 128, 2)),
+         (128, True): ((128, 96, 2), (128, 176, 2), (64, 64, 2)), (128, False): ((128, 128, 2), (64, 64, 2)),
+         (256, True): ((128, 64, 2),), (256, False): ((128, 64, 2),)}
 # Session 6: the variants suite's kernels (bf16 d128), at the tiles the production rules give them (None).
 VARIANTS = {"softcap30": Variant(softcap=30.0), "alibi": Variant(alibi=True), "window256": Variant(causal=True, window=256)}
 

@@ -25,16 +25,34 @@ TEMPLATES = HERE / "templates"
 INCLUDE_DIRS = (HERE / "include", HERE.parents[1] / "include")
 _CTYPE = {DType.fp16: "fg::f16", DType.bf16: "fg::bf16"}
 # Registers per thread after setmaxnreg: the producer keeps what address arithmetic needs; the consumers take
-# the rest (128 * (24 + 2 * 240) = 64512 of the SM's 65536).
+# the rest (128 * (24 + 2 * 240) = 64512 of the SM's 65536). One consumer warpgroup (BLOCK_M = 64): two CTAs share
+# an SM (2 * 128 * (24 + 232) = 65536), so that one's fill and drain (the first S and its softmax, the last P V and
+# O's store, which nothing inside a CTA overlaps) can run beside the other's steady state.
 PRODUCER_REGS = 24
-CONSUMER_REGS = {2: 240, 3: 160}
+CONSUMER_REGS = {1: 232, 2: 240, 3: 160}
 CONSUMERS_MAX = 3
+# shared memory the hardware reserves per resident block (cudaDevAttrReservedSharedMemoryPerBlock on sm_90)
+RESERVED_SMEM_PER_BLOCK = 1024
 NOTES = ("Hopper path (sm_90a): persistent grid, TMA loads on mbarriers, wgmma, one producer and {consumers} "
          "consumer warpgroups")
 
 
 def consumers(plan: KernelPlan) -> int:
     return plan.block_m // 64
+
+
+def ctas_per_sm(plan: KernelPlan) -> int:
+    """CTAs resident on one SM: two with one consumer warpgroup (their register split fits twice), else one."""
+    return 2 if consumers(plan) == 1 else 1
+
+
+def cta_smem_limit(plan: KernelPlan) -> int:
+    """The shared memory one CTA may take: the per-block maximum, or with two CTAs per SM half of the SM's less
+    what the hardware reserves for each block."""
+    n = ctas_per_sm(plan)
+    if n == 1:
+        return plan.target.smem_per_block_bytes
+    return min(plan.target.smem_per_block_bytes, plan.target.smem_per_sm_bytes // n - RESERVED_SMEM_PER_BLOCK)
 
 
 def chunks(head_dim: int) -> int:
@@ -66,7 +84,7 @@ def schedule(plan: KernelPlan) -> dict:
     options.update(_SCHEDULE_OVERRIDES)
     fits = [c for c in range(options["o_stage_chunks"], 0, -1)
             if (c == chunks(plan.dv) or options["o_chunked"])
-            and smem_bytes(plan, c) <= plan.target.smem_per_block_bytes]
+            and smem_bytes(plan, c) <= cta_smem_limit(plan)]
     if not options["o_via_tma"] or not fits:
         options.update(o_via_tma=False, o_stage_chunks=0)
     else:
@@ -94,8 +112,10 @@ def threads(plan: KernelPlan) -> int:
 
 
 def grid_x(plan: KernelPlan) -> str:
-    """A persistent grid: one CTA per SM of the running GPU (SMS), or one per work tile when there are fewer."""
-    return f"min(cdiv(N, {plan.block_m}) * H * B, SMS)"
+    """A persistent grid: as many CTAs as the running GPU's SMs (SMS) hold at once (ctas_per_sm each), or one per
+    work tile when there are fewer."""
+    n = ctas_per_sm(plan)
+    return f"min(cdiv(N, {plan.block_m}) * H * B, {f'{n} * SMS' if n > 1 else 'SMS'})"
 
 
 def validate(plan: KernelPlan) -> None:
@@ -103,9 +123,13 @@ def validate(plan: KernelPlan) -> None:
     stages and the shared memory against the Target for every backend)."""
     if plan.dtype not in _CTYPE:
         raise UsageError(f"{plan.name}: the sm90 path runs fp16 and bf16 (fp32 goes to the sm80 path)")
-    if plan.block_m % 64 or not 2 <= consumers(plan) <= CONSUMERS_MAX:
+    if plan.block_m % 64 or not 1 <= consumers(plan) <= CONSUMERS_MAX:
         raise UsageError(f"{plan.name}: BLOCK_M={plan.block_m}: the sm90 path takes 64 rows per consumer "
-                         f"warpgroup, 2..{CONSUMERS_MAX} of them")
+                         f"warpgroup, 1..{CONSUMERS_MAX} of them")
+    if ctas_per_sm(plan) > 1 and smem_bytes(plan) > cta_smem_limit(plan):
+        raise UsageError(f"{plan.name}: tiles need {smem_bytes(plan)} bytes of shared memory, over the "
+                         f"{cta_smem_limit(plan)} each of the {ctas_per_sm(plan)} CTAs that share an SM at "
+                         f"BLOCK_M={plan.block_m} may take; lower block_n")
     if plan.block_n % 16 or not 16 <= plan.block_n <= 256:
         raise UsageError(f"{plan.name}: BLOCK_N={plan.block_n}: a multiple of 16 in 16..256 (wgmma N)")
     # Every supported head dim (KernelPlan checks it: a multiple of 8) works here: P V is one wgmma with N = D, which
@@ -130,7 +154,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
     context = dict(
         **options, plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
         chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
-        producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers],
+        producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers], ctas_per_sm=ctas_per_sm(plan),
         reverse_m=plan.variant.causal, softmax=softmax, raw_scores=softmax and not plan.score_mods,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
         **v_names(plan),
