@@ -2,7 +2,8 @@
 # Score and mask functions on a lent H200, in one call from the repo root (carry [".whl"]):
 #   run(command="FLASHGEN_GIT_COMMIT=<sha> bash benchmarks/h200_mods.sh", carry=[".whl"], timeout_s=600)
 # 0. the GPU tests of the kernels that skip key tiles and take call-time tensors (tests/test_tile_skipping_gpu.py,
-#    tests/test_call_time_gpu.py), so a change to those kernels is verified in the call that times it -> pytest.log
+#    tests/test_call_time_gpu.py), so a change to those kernels is verified in the call that times it, and of the
+#    sm90 path's two CTAs per SM (tests/test_sm90_two_ctas_gpu.py)                 -> pytest.log
 # 1. the mods benchmark (benchmarks/mods_bench.py: a document mask of 512 keys, the per-batch length mask
 #    `k_idx < LEN[b]` and the score function `s + 0.25 * cos(k_idx)`, each verified, then timed beside the plain
 #    kernel, bf16 d128 4k, on the sm90 and sm80 paths)                                 -> mods.json, mods.log
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.." || exit 1
 . benchmarks/device_prelude.sh || exit 1
 scratch /tmp/mods 550
 timeout -s INT -k 20 "$(cap 150 380)" python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_tile_skipping_gpu.py \
-  tests/test_call_time_gpu.py > "$W/pytest.log" 2>&1
+  tests/test_call_time_gpu.py tests/test_sm90_two_ctas_gpu.py > "$W/pytest.log" 2>&1
 echo "[$SECONDS s] GPU tests: exit $?"; grep -v "^\.*\s*\[" "$W/pytest.log" | tail -6
 timeout -k 10 "$(cap 150 230)" python3 benchmarks/mods_bench.py --out "$W/mods.json" > "$W/mods.log" 2>&1
 echo "[$SECONDS s] mods bench: exit $?"; grep -v -i warn "$W/mods.log" | tail -8
