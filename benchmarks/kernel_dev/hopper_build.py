@@ -22,6 +22,26 @@ HERE = Path(__file__).resolve().parent
 # The production tiles (flashgen/translators/backends/sm90/__init__.py's measured table, session 6).
 TILES = {(64, False): (192, 128, 2), (64, True): (192, 128, 2), (128, False): (128, 128, 2), (128, True): (128, 128, 2),
          (256, False): (128, 80, 2), (256, True): (128, 64, 2)}
+# 2^x without the SFU, for the E4/E2 schedules: x = n + f with n = round(x) (adding 1.5 * 2^23 leaves n in the low
+# mantissa bits, so the float's bits shifted left by 23 are n << 23), 2^f on [-0.5, 0.5] by its degree-5 Taylor
+# polynomial (relative error < 6e-6 over [-126, 0], g++ against exp2), n added to the exponent field; exactly 0 below -126 (and for -inf, a masked
+# score), as ex2.approx.ftz gives. About 11 FMA-pipe and integer operations against one MUFU.EX2.
+_EXP2_FMA = (
+    "__device__ __forceinline__ float exp2_fma(float x) {\n"
+    "  const float shifted = x + 12582912.0f;\n"
+    "  const float f = x - (shifted - 12582912.0f);\n"
+    "  float p = 1.3333558146e-3f;\n"
+    "  p = fmaf(p, f, 9.6181291076e-3f);\n"
+    "  p = fmaf(p, f, 5.5504108665e-2f);\n"
+    "  p = fmaf(p, f, 2.4022650696e-1f);\n"
+    "  p = fmaf(p, f, 6.9314718056e-1f);\n"
+    "  p = fmaf(p, f, 1.0f);\n"
+    "  const int bits = __float_as_int(p) + static_cast<int>(static_cast<unsigned>(__float_as_int(shifted)) << 23);\n"
+    "  return x < -126.0f ? 0.0f : __int_as_float(bits);\n"
+    "}\n")
+_P1 = "const float p1 = fg::exp2_approx(fmaf(acc_s[j * 4 + h * 2 + 1], mult, -max_scaled));"
+_P1_MIXED = ("const float p1 = {cond} ? exp2_fma(fmaf(acc_s[j * 4 + h * 2 + 1], mult, -max_scaled))\n"
+             "                              : fg::exp2_approx(fmaf(acc_s[j * 4 + h * 2 + 1], mult, -max_scaled));")
 # Session 4 schedules (versions/sm90-session4-schedules.cu.j2 with its flags as template globals): v1 = session 3's
 # kernel (one CTA per work tile, versions/sm90-v1-grid-per-tile.cu.j2); P = persistent grid; PO = persistent + S of
 # the next tile before P V (intra-warpgroup overlap); POP = PO + ping-pong; A = PO with Q double-buffered where it
@@ -57,7 +77,12 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              "Tc": dict(options=dict(o_chunked=True)),
              "TA": dict(source_sub={"fg::tanh_fast(": "tanh_sfu("}, prelude=(
                  "__device__ __forceinline__ float tanh_sfu(float x) {\n  float y;\n"
-                 "  asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n  return y;\n}\n"))}
+                 "  asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n  return y;\n}\n")),
+             # Session 7: E4 / E2 = a quarter / a half of the softmax's exponentials on the FMA and integer pipes
+             # (exp2_fma below) instead of the SFU's EX2, where the SFU bounds the tile: softcap (MUFU.TANH and EX2 on
+             # every score) and d64 (the SFU's 16 results per clock per SM take as long as the tile's GEMMs).
+             "E4": dict(source_sub={_P1: _P1_MIXED.format(cond="(j & 1)")}, prelude=_EXP2_FMA),
+             "E2": dict(source_sub={_P1: _P1_MIXED.format(cond="true")}, prelude=_EXP2_FMA)}
 RUN = ("cur",)  # the schedules built by default
 
 
