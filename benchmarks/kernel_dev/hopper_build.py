@@ -82,7 +82,18 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # (exp2_fma below) instead of the SFU's EX2, where the SFU bounds the tile: softcap (MUFU.TANH and EX2 on
              # every score) and d64 (the SFU's 16 results per clock per SM take as long as the tile's GEMMs).
              "E4": dict(source_sub={_P1: _P1_MIXED.format(cond="(j & 1)")}, prelude=_EXP2_FMA),
-             "E2": dict(source_sub={_P1: _P1_MIXED.format(cond="true")}, prelude=_EXP2_FMA)}
+             "E2": dict(source_sub={_P1: _P1_MIXED.format(cond="true")}, prelude=_EXP2_FMA),
+             # Session 7: AF = ALiBi's distance in float positions (exact below 2^24): the key's per column from
+             # one I2F per tile, the row's per row, where `fabsf((float)(qpos + diag - kpos))` put an I2F (the SFU's
+             # rate, beside EX2) on every score.
+             "AF": dict(source_sub={
+                 "const int k_row0 = n_block * BLOCK_N;":
+                     "const int k_row0 = n_block * BLOCK_N;\n      const float k_row0f = (float)k_row0;",
+                 "const int kpos = k_row0 + (i >> 2) * 8 + 2 * t + (i & 1);":
+                     "const int kpos = k_row0 + (i >> 2) * 8 + 2 * t + (i & 1);\n"
+                     "          const float kposf = k_row0f + (float)((i >> 2) * 8 + 2 * t + (i & 1));\n"
+                     "          const float qposf = (float)(q_row0 + row0 + ((i >> 1) & 1) * 8 + diag);",
+                 "fabsf((float)(qpos + diag - kpos))": "fabsf(qposf - kposf)"})}
 RUN = ("cur",)  # the schedules built by default
 
 
