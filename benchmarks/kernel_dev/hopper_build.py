@@ -84,8 +84,8 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              "E4": dict(source_sub={_P1: _P1_MIXED.format(cond="(j & 1)")}, prelude=_EXP2_FMA),
              "E2": dict(source_sub={_P1: _P1_MIXED.format(cond="true")}, prelude=_EXP2_FMA),
              # Session 7: AF = ALiBi's distance in float positions (exact below 2^24): the key's per column from
-             # one I2F per tile, the row's per row, where `fabsf((float)(qpos + diag - kpos))` put an I2F (the SFU's
-             # rate, beside EX2) on every score.
+             # one I2F per tile, the row's per row, where `fabsf((float)(qpos + diag - kpos))` put an I2F (a conversion,
+             # at the quarter rate EX2 has, if the throughput table holds for sm_90) on every score.
              "AF": dict(source_sub={
                  "const int k_row0 = n_block * BLOCK_N;":
                      "const int k_row0 = n_block * BLOCK_N;\n      const float k_row0f = (float)k_row0;",
