@@ -86,6 +86,26 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # Session 7: AF = ALiBi's distance in float positions (exact below 2^24): the key's per column from
              # one I2F per tile, the row's per row, where `fabsf((float)(qpos + diag - kpos))` put an I2F (a conversion,
              # at the quarter rate EX2 has, if the throughput table holds for sm_90) on every score.
+             # Session 7: KC = the score function's cos(k_idx), a function of the key alone, computed once per
+             # column and warp (lane (g, t) takes key columns 8 * (2g + jj) + 2t + c, the warp shares them by
+             # shuffles) where every thread computed it for its own 32 columns: 8x fewer cosf per tile.
+             "KC": dict(source_sub={
+                 "      auto elementwise = [&](auto mask_tag) {":
+                     "      float kcos[BLOCK_N / 4];  // cos(k) of this thread's 32 key columns, index 2j + c\n"
+                     "      {\n"
+                     "        float mine[4];\n"
+                     "#pragma unroll\n"
+                     "        for (int jj = 0; jj < 2; ++jj)\n"
+                     "#pragma unroll\n"
+                     "          for (int c = 0; c < 2; ++c) mine[jj * 2 + c] = cosf((float)(k_row0 + (2 * g + jj) * 8 + 2 * t + c));\n"
+                     "#pragma unroll\n"
+                     "        for (int j = 0; j < BLOCK_N / 8; ++j)\n"
+                     "#pragma unroll\n"
+                     "          for (int c = 0; c < 2; ++c)\n"
+                     "            kcos[2 * j + c] = __shfl_sync(0xffffffffu, mine[(j & 1) * 2 + c], (j >> 1) * 4 + t);\n"
+                     "      }\n"
+                     "      auto elementwise = [&](auto mask_tag) {",
+                 "s = s + 0.25f * cosf((float)kpos);": "s = s + 0.25f * kcos[(i >> 2) * 2 + (i & 1)];"}),
              "AF": dict(source_sub={
                  "const int k_row0 = n_block * BLOCK_N;":
                      "const int k_row0 = n_block * BLOCK_N;\n      const float k_row0f = (float)k_row0;",
@@ -105,6 +125,9 @@ SWEEP = {(64, True): ((128, 128, 2), (192, 64, 2), (64, 128, 2)), (64, False): (
          (256, True): ((128, 64, 2),), (256, False): ((128, 64, 2),)}
 # Session 6: the variants suite's kernels (bf16 d128), at the tiles the production rules give them (None).
 VARIANTS = {"softcap30": Variant(softcap=30.0), "alibi": Variant(alibi=True), "window256": Variant(causal=True, window=256)}
+# Session 7: the mods suite's kernels (flashgen.harness.suite.MOD_SUITE, as `flashgen generate` builds them: the
+# library's TL with the functions written in), bf16 d128 at the production tiles, named SCHED_NAME_bf16_d128.
+MODS = ("score_cos", "document512")
 
 
 def configs():
@@ -119,6 +142,8 @@ def configs():
     for sched in SCHEDULES:
         for kind, variant in VARIANTS.items():
             yield f"{sched}_{kind}_bf16_d128", variant, DType.bf16, 128, None, sched
+        for mod in MODS:
+            yield f"{sched}_{mod}_bf16_d128", mod, DType.bf16, 128, None, sched
 
     for sched in SCHEDULES:
         for (d, causal), tiles in TILES.items():
@@ -135,7 +160,8 @@ def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
 
     target = get_target("h200")
     spec = SCHEDULES[sched]
-    plan = plan_for_variant(variant, target, dtype, d)
+    mods = variant if isinstance(variant, str) else None  # a MOD_SUITE name: built as generate builds it
+    plan = plan_for_variant(Variant() if mods else variant, target, dtype, d)
     bm, bn, stages = tiles or (plan.block_m, plan.block_n, plan.stages)
     plan = plan.model_copy(update=dict(
         block_m=bm, block_n=bn, warps=bm // 16, stages=stages, backend="sm90", name=f"fg_{name}_sm90",
@@ -153,7 +179,12 @@ def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
             env.globals.update(spec.get("flags", {}))
             env.get_template = lambda _name, _t=spec["template"], _g=env.get_template: _g(_t)
             kernel._environment = lambda: env
-        source, manifest = render(plan)
+        if mods:
+            from flashgen.harness.suite import MOD_SUITE, build_mask_kernel
+
+            source, manifest = build_mask_kernel("h200", dtype, Variant(), d, MOD_SUITE[mods])
+        else:
+            source, manifest = render(plan)
     finally:
         kernel._environment = saved_env
         kernel._SCHEDULE_OVERRIDES.clear()
