@@ -6,6 +6,7 @@ reference is its own TL's fp64 interpretation (the manifest's reference_tl)."""
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -355,3 +356,52 @@ def test_the_per_tile_check_needs_a_mask_of_positions():
     assert not score_mask.mask_of_positions
     assert tile_report(score_mask, library.render(Variant())) is None
     assert Mods(mask_mod="k_idx < 10").mask_of_positions
+
+
+@pytest.mark.parametrize("score_mod, terms", [
+    ("s + 0.25 * cos(k_idx)", ("cosf((float)kpos)",)),
+    ("s * cos(k_idx)", ("cosf((float)kpos)",)),
+    ("s + cos(k_idx) + cos(k_idx)", ("cosf((float)kpos)",)),
+    ("s + cos(k_idx + h) + exp(-k_idx / M)", ("cosf((float)(kpos + head))", "expf(-((float)kpos * tl_c0))")),
+    ("s + cos(q_idx)", ()),            # the row's: not a column's value
+    ("s + cos(k_idx - q_idx)", ()),    # both positions
+    ("s + abs(k_idx)", ()),            # no SFU function: nothing worth sharing
+    ("s + cos(s) * cos(k_idx)", ("cosf((float)kpos)",)),
+])
+def test_calls_on_the_key_position_alone_are_found_as_they_appear_in_the_c(score_mod, terms):
+    """ScoreMod.key_terms: every SFU call whose arguments read k_idx and block constants only, as its C appears in
+    the score's C (what the sm90 backend's share_key_terms computes once per column and warp)."""
+    from flashgen.mods import reference_program
+    from flashgen.translators.lower import lower
+
+    env = Environment()
+    target = env.target("h200")
+    program = parse(reference_program(make_mods(score_mod=score_mod), Variant(), target, DType.bf16, 128, env))
+    plan, _notes = lower(program, target)
+    (mod,) = [m for m in plan.score_mods if m.uses_positions or "cosf" in m.expr]
+    assert mod.key_terms == terms and all(term in mod.expr for term in terms), (mod.expr, mod.key_terms)
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc not on PATH")
+def test_shared_key_terms_render_once_per_column_and_warp_and_compile():
+    """share_key_terms (off by default, not measured yet): the sm90 kernel evaluates each key-only call for 2 * KT_J
+    columns per lane and shuffles, the per-score expression reads kt<n>; without the switch the kernel is as
+    lowered (byte-identical kernels: tests/test_kernel_hashes.py). Both compile for sm_90a without spills."""
+    from flashgen.harness.compile import compile_cuda
+    from flashgen.harness.suite import build_mask_kernel
+    from flashgen.translators.backends.sm90 import kernel
+
+    keywords = {"score_mod": "s + cos(k_idx + h) + exp(-k_idx / M)", "mask_mod": "k_idx < LEN[b]",
+                "tensors": {"LEN": "int32[B]:0..M"}}
+    plain_source, _ = build_mask_kernel("h200", "bf16", Variant(causal=True), 128, keywords)
+    with kernel.schedule_overrides(share_key_terms=True):
+        source, manifest = build_mask_kernel("h200", "bf16", Variant(causal=True), 128, keywords)
+    assert "cosf((float)(kpos + head))" in plain_source and "kt0" not in plain_source
+    assert source.count("__shfl_sync(0xffffffffu, mine") == 2 and "float kt1[BLOCK_N / 4];" in source
+    line = next(x for x in source.splitlines() if x.strip().startswith("s = s + kt0["))
+    assert "cosf" not in line and "expf" not in line and "kt1[(i >> 2) * 2 + (i & 1)]" in line, line
+    with pytest.raises(ValueError, match="unknown schedule switches"):
+        with kernel.schedule_overrides(share_keys=True):
+            pass
+    built = compile_cuda(source, "sm_90a", filename="shared_key_terms.cu")
+    assert built.ok and not any(u.spills for u in built.kernels.values()), built.feedback_text()

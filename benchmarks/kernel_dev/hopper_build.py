@@ -86,26 +86,10 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # Session 7: AF = ALiBi's distance in float positions (exact below 2^24): the key's per column from
              # one I2F per tile, the row's per row, where `fabsf((float)(qpos + diag - kpos))` put an I2F (a conversion,
              # at the quarter rate EX2 has, if the throughput table holds for sm_90) on every score.
-             # Session 7: KC = the score function's cos(k_idx), a function of the key alone, computed once per
-             # column and warp (lane (g, t) takes key columns 8 * (2g + jj) + 2t + c, the warp shares them by
-             # shuffles) where every thread computed it for its own 32 columns: 8x fewer cosf per tile.
-             "KC": dict(source_sub={
-                 "      auto elementwise = [&](auto mask_tag) {":
-                     "      float kcos[BLOCK_N / 4];  // cos(k) of this thread's 32 key columns, index 2j + c\n"
-                     "      {\n"
-                     "        float mine[4];\n"
-                     "#pragma unroll\n"
-                     "        for (int jj = 0; jj < 2; ++jj)\n"
-                     "#pragma unroll\n"
-                     "          for (int c = 0; c < 2; ++c) mine[jj * 2 + c] = cosf((float)(k_row0 + (2 * g + jj) * 8 + 2 * t + c));\n"
-                     "#pragma unroll\n"
-                     "        for (int j = 0; j < BLOCK_N / 8; ++j)\n"
-                     "#pragma unroll\n"
-                     "          for (int c = 0; c < 2; ++c)\n"
-                     "            kcos[2 * j + c] = __shfl_sync(0xffffffffu, mine[(j & 1) * 2 + c], (j >> 1) * 4 + t);\n"
-                     "      }\n"
-                     "      auto elementwise = [&](auto mask_tag) {",
-                 "s = s + 0.25f * cosf((float)kpos);": "s = s + 0.25f * kcos[(i >> 2) * 2 + (i & 1)];"}),
+             # Session 7: KC = the sm90 backend's share_key_terms switch: a score function's calls on the key
+             # position alone (cos(k_idx)) once per column and warp, shared by shuffles, where every thread computed
+             # them for its own 32 columns (kernel.score_exprs).
+             "KC": dict(options=dict(share_key_terms=True)),
              "AF": dict(source_sub={
                  "const int k_row0 = n_block * BLOCK_N;":
                      "const int k_row0 = n_block * BLOCK_N;\n      const float k_row0f = (float)k_row0;",

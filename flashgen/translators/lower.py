@@ -808,7 +808,37 @@ class _Lowering:
         c = self.compile(expr, "score", st.stmt)
         text = f"{st.stmt.target} = {format_expr(st.stmt.expr)}"
         return ScoreMod(name=f"TL line {_line(st.stmt)}: {text}", expr=c,
-                        uses_positions=bool(expression_names(c) & {"qpos", "kpos", "diag"}))
+                        uses_positions=bool(expression_names(c) & {"qpos", "kpos", "diag"}),
+                        key_terms=self.key_terms(expr, c, st.stmt))
+
+    def key_terms(self, expr: Any, c: str, stmt: Any) -> tuple[str, ...]:
+        """The C of each outermost call of an SFU function (flashgen.operators: cos, exp, ...) in `expr` whose
+        arguments read k_idx and block constants alone, in order, each once: a column's value for every row.
+        Only calls, whose C is an atom (`cosf(...)`), so each appears in `c` as it is compiled alone."""
+        from flashgen.operators import FUNCTIONS
+
+        invariant = self.invariant_names()
+        found: list[str] = []
+
+        def walk(e: Any) -> None:
+            if isinstance(e, ast.Call):
+                names = _names(e)
+                if (FUNCTIONS[e.func].sfu and "k_idx" in names and names <= invariant | {"k_idx"}
+                        and not ast.tensors_read(e)):
+                    term = self.compile(e, "score", stmt)
+                    if term in c and term not in found:
+                        found.append(term)
+                    return
+                for a in e.args:
+                    walk(a)
+            elif isinstance(e, ast.Unary):
+                walk(e.operand)
+            elif isinstance(e, ast.Binary):
+                walk(e.left)
+                walk(e.right)
+
+        walk(expr)
+        return tuple(found)
 
     def p_expression(self, st: _Step, units: _Units) -> str:
         self.validate(st.stmt, st.expr, "score")

@@ -101,6 +101,10 @@ class ScoreMod(BaseModel):
     expr: str = Field(description="C float expression giving the new s, e.g. '30.0f * fg::tanh_fast(s * (1.0f / 30.0f))'")
     uses_positions: bool = Field(description="True when expr reads qpos/kpos/diag (the kernel then computes them "
                                  "for every element of every tile, not only on boundary tiles)")
+    key_terms: tuple[str, ...] = Field(default=(), description="the C, as it appears in expr, of each call of an SFU "
+                                       "function (cos, exp, ...) on the key position and block constants alone "
+                                       "(`cosf((float)kpos)`): the same for every row of a column, so a backend may "
+                                       "compute it once per column and share it")
 
 
 class Prologue(BaseModel):

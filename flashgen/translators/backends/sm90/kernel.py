@@ -8,6 +8,7 @@ normalization) are the plan's C expressions, as on every path.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
@@ -80,7 +81,8 @@ def schedule(plan: KernelPlan) -> dict:
     where not even one fits (d256 128x80), the consumers store O from registers. Measured on the H200 (NOTES.md):
     session 5, +18 % at causal d128 N = 512, +11 % at 1k, +2-4 % at d64, within noise at 16k; session 6, causal
     d256 128x64 two chunks at a time +28 % at N = 512 over the same tile from registers."""
-    options = dict(o_via_tma=True, o_stage_chunks=chunks(plan.dv), o_chunked=True)  # O's chunks: Dv's
+    options = dict(o_via_tma=True, o_stage_chunks=chunks(plan.dv), o_chunked=True,  # O's chunks: Dv's
+                   share_key_terms=False)  # score functions' key-only calls once per column and warp (not measured)
     options.update(_SCHEDULE_OVERRIDES)
     fits = [c for c in range(options["o_stage_chunks"], 0, -1)
             if (c == chunks(plan.dv) or options["o_chunked"])
@@ -95,6 +97,40 @@ def schedule(plan: KernelPlan) -> dict:
 
 # Development builds (benchmarks/kernel_dev/hopper_build.py) set these to try a schedule; empty in production.
 _SCHEDULE_OVERRIDES: dict = {}
+
+
+@contextmanager
+def schedule_overrides(**options):
+    """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
+    share_key_terms) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
+    unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms"}
+    if unknown:
+        raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
+    saved = dict(_SCHEDULE_OVERRIDES)
+    _SCHEDULE_OVERRIDES.update(options)
+    try:
+        yield
+    finally:
+        _SCHEDULE_OVERRIDES.clear()
+        _SCHEDULE_OVERRIDES.update(saved)
+
+
+def score_exprs(plan: KernelPlan, share_key_terms: bool) -> dict:
+    """The score functions as the template writes them: (expr, name) per ScoreMod, and the key-only calls
+    (ScoreMod.key_terms) that the kernel computes once per column and warp where `share_key_terms`: lane (g, t)
+    evaluates its share of the key columns with its t (2 of every 8 columns; BLOCK_N / 32 of them, rounded up to
+    whole 8-column groups), shuffles give each thread its own (`kt<n>[2j + c]` for column 8j + 2t + c), and the
+    expressions read those in place of the calls. Without it the expressions are as lowered."""
+    terms: list[str] = []
+    exprs = []
+    for mod in plan.score_mods:
+        expr = mod.expr
+        for term in mod.key_terms if share_key_terms else ():
+            if term not in terms:
+                terms.append(term)
+            expr = expr.replace(term, f"kt{terms.index(term)}[(i >> 2) * 2 + (i & 1)]")
+        exprs.append((expr, mod.name))
+    return dict(score_exprs=exprs, key_terms=terms)
 
 
 def v_names(plan: KernelPlan) -> dict:
@@ -157,7 +193,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers], ctas_per_sm=ctas_per_sm(plan),
         reverse_m=plan.variant.causal, softmax=softmax, raw_scores=softmax and not plan.score_mods,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
-        **v_names(plan),
+        **v_names(plan), **score_exprs(plan, options.pop("share_key_terms")),
     )
     source = inline_headers(_environment().get_template("attention_fwd.cu.j2").render(**context), INCLUDE_DIRS)
     manifest = KernelManifest(
