@@ -153,25 +153,23 @@ def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
     if "only" in spec and not spec["only"](plan):
         return None
     saved_env = kernel._environment
-    kernel._SCHEDULE_OVERRIDES.clear()
-    kernel._SCHEDULE_OVERRIDES.update(spec.get("options", {}))
-    try:
-        if "template" in spec:  # an older template from versions/, under the production name
-            env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(HERE / "versions"), str(kernel.TEMPLATES)]),
-                                     undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                                     keep_trailing_newline=True)
-            env.globals.update(spec.get("flags", {}))
-            env.get_template = lambda _name, _t=spec["template"], _g=env.get_template: _g(_t)
-            kernel._environment = lambda: env
-        if mods:
-            from flashgen.harness.suite import MOD_SUITE, build_mask_kernel
+    with kernel.schedule_overrides(**spec.get("options", {})):
+        try:
+            if "template" in spec:  # an older template from versions/, under the production name
+                env = jinja2.Environment(
+                    loader=jinja2.FileSystemLoader([str(HERE / "versions"), str(kernel.TEMPLATES)]),
+                    undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+                env.globals.update(spec.get("flags", {}))
+                env.get_template = lambda _name, _t=spec["template"], _g=env.get_template: _g(_t)
+                kernel._environment = lambda: env
+            if mods:
+                from flashgen.harness.suite import MOD_SUITE, build_mask_kernel
 
-            source, manifest = build_mask_kernel("h200", dtype, Variant(), d, MOD_SUITE[mods])
-        else:
-            source, manifest = render(plan)
-    finally:
-        kernel._environment = saved_env
-        kernel._SCHEDULE_OVERRIDES.clear()
+                source, manifest = build_mask_kernel("h200", dtype, Variant(), d, MOD_SUITE[mods])
+            else:
+                source, manifest = render(plan)
+        finally:
+            kernel._environment = saved_env
     for old, new in spec.get("source_sub", {}).items():
         assert old in source, (name, old)
         source = source.replace(old, new)
