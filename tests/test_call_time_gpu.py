@@ -7,7 +7,7 @@ on the sm80 path (the A100 target) and the sm90 path (the H200 target), each com
   slopes as a formula must fail exactly those cases (the verification can tell).
 - Score and mask functions: `s + 0.25 * cos(k_idx)`, the per-batch length mask `k_idx < LEN[b]` (a call-time int32
   tensor filled per case and seed, its reference the TL interpreted with the same tensor), a document mask; on the
-  sm90 path also with the key-only calls shared in the warp (the backend's share_key_terms switch).
+  sm90 path also with the switch that shares key-only calls in the warp off (share_key_terms, on by default).
 - Kernel.__call__ with torch tensors: the slopes and a length table given by the caller, against the fp64 reference.
 """
 
@@ -42,26 +42,27 @@ KERNELS = {
                                                {**LENGTHS, **SCORE}, False) for gpu in ("a100", "h200")},
     **{("documents_causal", gpu, "bf16"): (gpu, "bf16", Variant(causal=True, return_lse=True), DOCUMENTS, False)
        for gpu in ("a100", "h200")},
-    # the sm90 backend's share_key_terms (off by default until measured): key-only calls once per column and warp
-    **{("score_cos_shared", "h200", dtype): ("h200", dtype, Variant(return_lse=True), SCORE, False, 64, True)
+    # the sm90 backend shares key-only calls in the warp (share_key_terms, on by default); also without it
+    **{("score_cos_unshared", "h200", dtype): ("h200", dtype, Variant(return_lse=True), SCORE, False, 64, False)
        for dtype in ("fp16", "bf16")},
-    ("lengths_causal_two_terms_shared", "h200", "bf16"): (
+    ("lengths_causal_two_terms", "h200", "bf16"): (
         "h200", "bf16", Variant(causal=True, return_lse=True),
-        {**LENGTHS, "score_mod": "s + cos(k_idx + h) + exp(-k_idx / M)"}, False, 128, True),
+        {**LENGTHS, "score_mod": "s + cos(k_idx + h) + exp(-k_idx / M)"}, False, 128),
 }
 
 
 def build(gpu: str, dtype: str, variant: Variant, mods: dict | None, fixed_formula: bool, head_dim: int = 64,
-          shared_key_terms: bool = False):
+          shared_key_terms: bool = True):
     """(source, manifest) the way `flashgen generate` builds it: the library's TL (with the functions written in),
     checked and translated for `gpu`; `fixed_formula`: the ALiBi slopes written as 2^(-8 (h + 1) / H) instead of read
-    from the caller (a kernel that ignores them); `shared_key_terms`: the sm90 backend's share_key_terms switch."""
-    if shared_key_terms:
+    from the caller (a kernel that ignores them); `shared_key_terms=False`: the sm90 backend's share_key_terms
+    switch off (each thread evaluates the key-only calls for its own columns)."""
+    if not shared_key_terms:
         from flashgen.translators.backends.sm90 import kernel
 
-        with kernel.schedule_overrides(share_key_terms=True):
+        with kernel.schedule_overrides(share_key_terms=False):
             source, manifest = build(gpu, dtype, variant, mods, fixed_formula, head_dim)
-        assert "__shfl_sync(0xffffffffu, mine" in source, "no key term was shared"
+        assert "__shfl_sync(0xffffffffu, mine" not in source and "cosf" in source
         return source, manifest
     from flashgen.harness.environment import Environment
     from flashgen.mods import make_mods, reference_program

@@ -78,17 +78,17 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              "TA": dict(source_sub={"fg::tanh_fast(": "tanh_sfu("}, prelude=(
                  "__device__ __forceinline__ float tanh_sfu(float x) {\n  float y;\n"
                  "  asm(\"tanh.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(x));\n  return y;\n}\n")),
-             # Session 7: E4 / E2 = a quarter / a half of the softmax's exponentials on the FMA and integer pipes
-             # (exp2_fma below) instead of the SFU's EX2, where the SFU bounds the tile: softcap (MUFU.TANH and EX2 on
-             # every score) and d64 (the SFU's 16 results per clock per SM take as long as the tile's GEMMs).
+             # Session 7 (measured 1-10 % slower, left out): E4 / E2 = a quarter / a half of the softmax's
+             # exponentials on the FMA and integer pipes (exp2_fma below) instead of the SFU's EX2, for where the SFU
+             # seemed to bound the tile: softcap (MUFU.TANH and EX2 on every score) and d64.
              "E4": dict(source_sub={_P1: _P1_MIXED.format(cond="(j & 1)")}, prelude=_EXP2_FMA),
              "E2": dict(source_sub={_P1: _P1_MIXED.format(cond="true")}, prelude=_EXP2_FMA),
-             # Session 7: AF = ALiBi's distance in float positions (exact below 2^24): the key's per column from
-             # one I2F per tile, the row's per row, where `fabsf((float)(qpos + diag - kpos))` put an I2F (a conversion,
-             # at the quarter rate EX2 has, if the throughput table holds for sm_90) on every score.
-             # Session 7: KC = the sm90 backend's share_key_terms switch: a score function's calls on the key
-             # position alone (cos(k_idx)) once per column and warp, shared by shuffles, where every thread computed
-             # them for its own 32 columns (kernel.score_exprs).
+             # Session 7 (measured 2-9 % slower, left out): AF = ALiBi's distance in float positions (exact below
+             # 2^24): the key's per column from one I2F per tile, the row's per row, where
+             # `fabsf((float)(qpos + diag - kpos))` put an I2F on every score.
+             # Session 7: KC = the sm90 backend's share_key_terms switch (now the default; the schedule stays so
+             # that a dev run can set it): a score function's calls on the key position alone (cos(k_idx)) once per
+             # column and warp, shared by shuffles (kernel.score_exprs). 3.7-4.6x on cos(k_idx).
              "KC": dict(options=dict(share_key_terms=True)),
              "AF": dict(source_sub={
                  "const int k_row0 = n_block * BLOCK_N;":

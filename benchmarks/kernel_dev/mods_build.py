@@ -17,7 +17,13 @@ from hopper_build import compile_one  # noqa: E402
 
 
 def main() -> None:
-    from flashgen.harness.suite import MOD_SUITE, MOD_SUITE_DTYPE, MOD_SUITE_SHAPE, build_expert_kernel, build_mask_kernel
+    from flashgen.harness.suite import (
+        MOD_SUITE,
+        MOD_SUITE_DTYPE,
+        MOD_SUITE_SHAPE,
+        build_expert_kernel,
+        build_mask_kernel,
+    )
     from flashgen.variant import Variant
 
     out = Path(sys.argv[1])
