@@ -15,16 +15,12 @@ from flashgen.variant import DType, Variant
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.test_tile_params_gpu import GPU, VARIANTS as TILE_VARIANTS  # noqa: E402, I001
+
 pytestmark = pytest.mark.gpu
 
-GPU = "h200"
-VARIANTS = {
-    "plain": Variant(),
-    "causal": Variant(causal=True),
-    "window": Variant(causal=True, window=48),
-    "causal_alibi_softcap_lse": Variant(causal=True, alibi=True, softcap=30.0, return_lse=True),
-    "gqa4": Variant(kv_group=4),
-}
+# the tile tests' variants (each differs by tile) the sm90 path takes (split-KV runs on the sm80 path), and GQA
+VARIANTS = {name: v for name, v in TILE_VARIANTS.items() if not v.split_kv} | {"gqa4": Variant(kv_group=4)}
 TILES = {64: 128, 128: 64}  # head dim -> BLOCK_N at BLOCK_M = 64, STAGES = 2
 MATRIX = [(v, dt, d) for v in VARIANTS for dt in (DType.bf16, DType.fp16) for d in TILES]
 
