@@ -30,13 +30,14 @@ echo "[$SECONDS s] generate --score-mod: exit $?"; tail -14 "$W/gen_score.log"
 timeout -k 10 "$(cap 60 60)" $FG generate --gpu h200 --dtype bf16 --head-dim 128 --mask-mod 'k_idx < LEN[b]' \
   --tensor 'LEN=int32[B]:0..M' --out "$W/gen_mask" > "$W/gen_mask.log" 2>&1
 echo "[$SECONDS s] generate --mask-mod: exit $?"; tail -14 "$W/gen_mask.log"
-timeout -k 10 "$(cap 30 30)" python3 benchmarks/kernel_dev/mods_build.py "$W/k" plain document512 score_cos > "$W/build.log" 2>&1
+timeout -k 10 "$(cap 30 30)" python3 benchmarks/kernel_dev/hopper_build.py "$W/k" cur_plain_bf16_d128_128x128s2 \
+  cur_document512_bf16_d128 cur_score_cos_bf16_d128 > "$W/build.log" 2>&1
 echo "[$SECONDS s] mods kernels built: exit $?"; cat "$W/build.log"
 NCU="ncu --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section LaunchStats --section Occupancy --section SchedulerStats -k regex:fg_"
-for spec in "document512 4096" "plain 512" "score_cos 4096"; do
+for spec in "cur_document512_bf16_d128 4096" "cur_plain_bf16_d128_128x128s2 512" "cur_score_cos_bf16_d128 4096"; do
   set -- $spec
   timeout -k 10 "$(cap 25 5)" $NCU python3 benchmarks/kernel_dev/ncu_dev.py "$W/k/$1" --n "$2" > "$W/ncu_$1_$2.txt" 2>&1
   echo "[$SECONDS s] ncu $1 N=$2: exit $?"; grep -E "Duration|Executed Ipc A|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" "$W/ncu_$1_$2.txt" | head -6
 done
-for k in plain document512 score_cos; do cuobjdump -sass "$W/k/$k/kernel.cubin" > "$W/sass_$k.txt" 2>&1; done
+for k in "$W"/k/*/; do cuobjdump -sass "$k/kernel.cubin" > "$W/sass_$(basename "$k").txt" 2>&1; done
 tar czf "$OUT/mods.tgz" -C "$W" --exclude='*.cubin' .

@@ -37,6 +37,16 @@ class Build(NamedTuple):
     kwargs: dict = {}
 
 
+def param_keys(items, name: str = "key") -> set:
+    """The values of the parameter `name` over the selected test items that have it (a module's kernel keys)."""
+    keys: set = set()
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if name in params:
+            keys.add(params[name])
+    return keys
+
+
 class Built(NamedTuple):
     source: str | None
     manifest: Any
@@ -172,6 +182,19 @@ GUARD_COLS = 16  # wider than any padding (8 columns) and a whole number of 16-b
 GUARD_SHAPE = dict(B=2, H=3, N=197, M=133)  # ragged tiles, N > M: causal rows that see no key
 _NAN_BITS = {"fp16": 0x7E00, "bf16": 0x7FC0, "fp32": 0x7FC00000}
 _SENTINEL_BITS = {"fp16": 0x1234, "bf16": 0x1234, "fp32": 0x12345678}
+
+
+def guard_column_checks(gpu_worker, source: str, manifest, seeds=(1, 2)):
+    """(seed, check_guard_columns' result) for each seed, run in `gpu_worker` at GUARD_SHAPE; the call itself must
+    succeed (asserted here), what it found is the caller's to assert."""
+    from flashgen.harness.worker import KernelInput
+
+    kernel_json = KernelInput(manifest=manifest, source=source).model_dump_json()
+    for seed in seeds:
+        result = gpu_worker.call("tests.gpu_kernels:check_guard_columns", kernel_json=kernel_json, shape=GUARD_SHAPE,
+                                 seed=seed)
+        assert result.ok, result.error
+        yield seed, result.value
 
 
 def check_guard_columns(kernel_json: str, shape: dict, seed: int) -> dict:

@@ -87,15 +87,11 @@ CALLED = [("alibi", "h200", "bf16"), ("alibi", "a100", "fp16"), ("lengths", "h20
 
 def gpu_kernels(items, arch):
     """The selected tests' kernels (tests/gpu_kernels.py: built and compiled once, before the tests run)."""
-    from tests.gpu_kernels import Build
+    from tests.gpu_kernels import Build, param_keys
 
-    keys: set = set()
-    for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        if "key" in params:
-            keys.add(params["key"])
-        elif item.name.startswith("test_kernel_call"):
-            keys.update(CALLED)
+    keys = param_keys(items)
+    if any(item.name.startswith("test_kernel_call") for item in items):
+        keys.update(CALLED)
     return {key: Build(build, KERNELS[key]) for key in keys}
 
 

@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from flashgen.variant import DType, Variant
-from tests.gpu_kernels import GUARD_SHAPE  # noqa: E402
+from tests.gpu_kernels import guard_column_checks  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -94,16 +94,9 @@ def test_split_kv_decode_combines_partials_over_dv(prebuilt_kernels, reports, sp
 
 @pytest.mark.parametrize("case", GUARDED, ids=_ids(GUARDED))
 def test_q_and_k_are_read_to_d_v_to_dv_and_o_written_to_dv_only(prebuilt_kernels, gpu_worker, case):
-    from flashgen.harness.worker import KernelInput
-
     path, dtype, d, dv = case
     source, manifest = prebuilt_kernels[(path, dtype, "causal", d, dv)]
-    kernel = KernelInput(manifest=manifest, source=source)
-    for seed in (1, 2):
-        result = gpu_worker.call("tests.gpu_kernels:check_guard_columns", kernel_json=kernel.model_dump_json(),
-                             shape=GUARD_SHAPE, seed=seed)
-        assert result.ok, result.error
-        check = result.value
+    for seed, check in guard_column_checks(gpu_worker, source, manifest):
         assert check["o_shape"][-1] == dv
         assert check["guard_changed"] == 0, f"{case} seed {seed}: O written past column {dv - 1}"
         assert check["ok"] and check["nonfinite_o"] == 0, f"{case} seed {seed}: {check['detail']}"

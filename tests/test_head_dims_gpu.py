@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from flashgen.variant import SUPPORTED_HEAD_DIMS, DType, Variant
-from tests.gpu_kernels import GUARD_SHAPE  # noqa: E402
+from tests.gpu_kernels import guard_column_checks  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -63,15 +63,8 @@ def test_every_head_dim_passes_the_harness(prebuilt_kernels, reports, path, dtyp
 
 @pytest.mark.parametrize("case", GUARDED, ids=[f"{p}-{t.value}-d{d}" for p, t, d in GUARDED])
 def test_padding_reads_nothing_past_d_and_writes_nothing_past_d(prebuilt_kernels, gpu_worker, case):
-    from flashgen.harness.worker import KernelInput
-
     path, dtype, d = case
     source, manifest = prebuilt_kernels[(path, dtype, "causal", d)]
-    kernel = KernelInput(manifest=manifest, source=source)
-    for seed in (1, 2):
-        result = gpu_worker.call("tests.gpu_kernels:check_guard_columns", kernel_json=kernel.model_dump_json(),
-                             shape=GUARD_SHAPE, seed=seed)
-        assert result.ok, result.error
-        check = result.value
+    for seed, check in guard_column_checks(gpu_worker, source, manifest):
         assert check["guard_changed"] == 0, f"{case} seed {seed}: O written past column {d - 1}"
         assert check["ok"] and check["nonfinite_o"] == 0, f"{case} seed {seed}: {check['detail']}"

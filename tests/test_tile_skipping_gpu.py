@@ -49,14 +49,9 @@ def build(gpu: str, dtype: str, variant: Variant, mods: dict, head_dim: int):
 
 def gpu_kernels(items, arch):
     """The selected tests' kernels (tests/gpu_kernels.py: built and compiled once, before the tests run)."""
-    from tests.gpu_kernels import Build
+    from tests.gpu_kernels import Build, param_keys
 
-    keys: set = set()
-    for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        if "key" in params:
-            keys.add(params["key"])
-    return {key: Build(build, KERNELS[key]) for key in keys}
+    return {key: Build(build, KERNELS[key]) for key in param_keys(items)}
 
 
 def _cases(manifest):

@@ -13,6 +13,7 @@ import jinja2
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from flashgen.abi import ABI_HEADER, Launch  # noqa: E402
+from flashgen.harness.suite import MOD_SUITE, build_mask_kernel  # noqa: E402
 from flashgen.targets import get_target  # noqa: E402
 from flashgen.translators.render import render  # noqa: E402
 from flashgen.translators.rules import plan_for_variant  # noqa: E402
@@ -110,8 +111,9 @@ SWEEP = {(64, True): ((128, 128, 2), (192, 64, 2), (64, 128, 2)), (64, False): (
 # Session 6: the variants suite's kernels (bf16 d128), at the tiles the production rules give them (None).
 VARIANTS = {"softcap30": Variant(softcap=30.0), "alibi": Variant(alibi=True), "window256": Variant(causal=True, window=256)}
 # Session 7: the mods suite's kernels (flashgen.harness.suite.MOD_SUITE, as `flashgen generate` builds them: the
-# library's TL with the functions written in), bf16 d128 at the production tiles, named SCHED_NAME_bf16_d128.
-MODS = ("score_cos", "document512")
+# library's TL with the functions written in), bf16 d128 at the production tiles, named SCHED_NAME_bf16_d128; those
+# without call-time tensors (hopper_dev.py and ncu_dev.py pass none).
+MODS = tuple(name for name, keywords in MOD_SUITE.items() if "tensors" not in keywords)
 
 
 def configs():
@@ -163,8 +165,6 @@ def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
                 env.get_template = lambda _name, _t=spec["template"], _g=env.get_template: _g(_t)
                 kernel._environment = lambda: env
             if mods:
-                from flashgen.harness.suite import MOD_SUITE, build_mask_kernel
-
                 source, manifest = build_mask_kernel("h200", dtype, Variant(), d, MOD_SUITE[mods])
             else:
                 source, manifest = render(plan)
@@ -211,7 +211,8 @@ if __name__ == "__main__":
     wanted = set(sys.argv[2:])
     # names, or schedule prefixes ("D0_" builds every D0 kernel); none: the schedules in RUN at the production tiles
     todo = [c for c in configs() if (any(c[0] == w or c[0].startswith(w) for w in wanted) if wanted
-                                     else c[5] in RUN and c[4] == TILES[(c[3], c[1].causal)])]
+                                     else c[5] in RUN and c[4] is not None and c[4] == TILES[(c[3], c[1].causal)])]
+    todo = list({c[0]: c for c in todo}.values())  # a tile both in TILES and in SWEEP: one build
     kdirs = [k for k in (render_one(out, *c) for c in todo) if k is not None]
     with ThreadPoolExecutor(2) as ex:
         for line in ex.map(compile_one, kdirs):

@@ -188,13 +188,14 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
     n_consumers = consumers(plan)
     softmax = plan.norm.kind is NormKind.softmax
     options = schedule(plan)
+    shared_terms = score_exprs(plan, options.pop("share_key_terms"))
     context = dict(
         **options, plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
         chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
         producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers], ctas_per_sm=ctas_per_sm(plan),
         reverse_m=plan.variant.causal, softmax=softmax, raw_scores=softmax and not plan.score_mods,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
-        **v_names(plan), **score_exprs(plan, options.pop("share_key_terms")),
+        **v_names(plan), **shared_terms,
     )
     source = inline_headers(_environment().get_template("attention_fwd.cu.j2").render(**context), INCLUDE_DIRS)
     manifest = KernelManifest(
