@@ -12,8 +12,9 @@
 if [ -z "${NO_WHEELS:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install from .whl/ failed (carry .whl, or NO_WHEELS=1)"; return 1; }
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+# A second script in the same call sets NO_WHEELS=1 and still finds the first one's install.
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
 export FLASHGEN_HOME=${FLASHGEN_HOME:-/tmp/flashgen-home}
 OUT=${OUT:-/tmp/flashgen-out}

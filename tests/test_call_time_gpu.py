@@ -37,6 +37,8 @@ KERNELS = {
     ("alibi_splitkv", "h200", "fp16"): ("h200", "fp16", Variant(alibi=True, split_kv=True, return_lse=True), None, False),
     **{("alibi_fixed_formula", gpu, "bf16"): (gpu, "bf16", ALIBI, None, True) for gpu in ("a100", "h200")},
     **{("score_cos", gpu, dtype): (gpu, dtype, Variant(return_lse=True), SCORE, False) for gpu, dtype in TARGETS},
+    # the skeleton's key-term sharing on the Turing path too (fp16 as is, bf16 through its scaled fp16 tiles)
+    **{("score_cos", "t4", dtype): ("t4", dtype, Variant(return_lse=True), SCORE, False) for dtype in ("fp16", "bf16")},
     **{("lengths", gpu, dtype): (gpu, dtype, Variant(return_lse=True), LENGTHS, False) for gpu, dtype in TARGETS},
     **{("lengths_causal_score", gpu, "bf16"): (gpu, "bf16", Variant(causal=True, return_lse=True),
                                                {**LENGTHS, **SCORE}, False) for gpu in ("a100", "h200")},

@@ -89,7 +89,7 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # `fabsf((float)(qpos + diag - kpos))` put an I2F on every score.
              # Session 7: KC = the sm90 backend's share_key_terms switch (now the default; the schedule stays so
              # that a dev run can set it): a score function's calls on the key position alone (cos(k_idx)) once per
-             # column and warp, shared by shuffles (kernel.score_exprs). 3.7-4.6x on cos(k_idx).
+             # column and warp, shared by shuffles (backends.base.score_exprs). 3.7-4.6x on cos(k_idx).
              "KC": dict(options=dict(share_key_terms=True)),
              "AF": dict(source_sub={
                  "const int k_row0 = n_block * BLOCK_N;":

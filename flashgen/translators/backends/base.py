@@ -69,6 +69,24 @@ def v_names(plan: KernelPlan, itemsize: int) -> dict:
                 q_region="Q_REGION_ELEMS" if own else "QLayout::ELEMS", pv_mma="VMma::pv" if own else "mma.pv")
 
 
+def score_exprs(plan: KernelPlan, term_slot: str, share_key_terms: bool = True) -> dict:
+    """The score functions as a template writes them, `score_exprs` [(expr, name)] per ScoreMod, and `key_terms`,
+    the key-only calls (ScoreMod.key_terms, e.g. `cosf((float)kpos)`) that templates/key_terms.cu.j2 computes once
+    per column and warp where `share_key_terms`: the expressions then read `kt<n>[term_slot]`, `term_slot` being the
+    C of the score's slot 2j + c (column 8j + 2t + c) in the path's accumulator loop. Without it the expressions
+    are as lowered and every score calls the function itself."""
+    terms: list[str] = []
+    exprs = []
+    for mod in plan.score_mods:
+        expr = mod.expr
+        for term in mod.key_terms if share_key_terms else ():
+            if term not in terms:
+                terms.append(term)
+            expr = expr.replace(term, f"kt{terms.index(term)}[{term_slot}]")
+        exprs.append((expr, mod.name))
+    return dict(score_exprs=exprs, key_terms=terms)
+
+
 class SearchSpace(BaseModel):
     """The tile parameters `flashgen tune` screens (flashgen.translators.search), one tuple per key."""
 
@@ -221,7 +239,9 @@ class Backend:
         itemsize = self.smem_itemsize(plan.target, plan.dtype)
         return dict(ctype=_CTYPE[plan.dtype], arch_header=self.arch_header, warp_mma=self.warp_mma(plan),
                     packed_p=self.packed_p(plan), d_pad=padded_head_dim(plan.head_dim, itemsize),
-                    **v_names(plan, itemsize), warp_mma_v=self.warp_mma_v(plan) if plan.head_dim_v else "")
+                    **v_names(plan, itemsize), warp_mma_v=self.warp_mma_v(plan) if plan.head_dim_v else "",
+                    # the skeleton's score loop: acc_s[mt][nt][c], column 8 nt + 2t + (c & 1)
+                    **score_exprs(plan, "nt * 2 + (c & 1)"))
 
     def notes(self, plan: KernelPlan) -> str:
         """KernelManifest.notes: how the dtype is handled."""

@@ -16,6 +16,7 @@ import jinja2
 
 from flashgen.abi import KernelManifest, Launch, TensorMapSpec
 from flashgen.errors import UsageError
+from flashgen.translators.backends.base import SHARED_TEMPLATES, score_exprs
 from flashgen.translators.backends.headers import inline_headers
 from flashgen.translators.backends.sm90.wgmma import wrappers
 from flashgen.translators.plan import KernelPlan, NormKind, padded_head_dim
@@ -116,24 +117,6 @@ def schedule_overrides(**options):
         _SCHEDULE_OVERRIDES.update(saved)
 
 
-def score_exprs(plan: KernelPlan, share_key_terms: bool) -> dict:
-    """The score functions as the template writes them: (expr, name) per ScoreMod, and the key-only calls
-    (ScoreMod.key_terms) that the kernel computes once per column and warp where `share_key_terms`: lane (g, t)
-    evaluates its share of the key columns with its t (2 of every 8 columns; BLOCK_N / 32 of them, rounded up to
-    whole 8-column groups), shuffles give each thread its own (`kt<n>[2j + c]` for column 8j + 2t + c), and the
-    expressions read those in place of the calls. Without it the expressions are as lowered."""
-    terms: list[str] = []
-    exprs = []
-    for mod in plan.score_mods:
-        expr = mod.expr
-        for term in mod.key_terms if share_key_terms else ():
-            if term not in terms:
-                terms.append(term)
-            expr = expr.replace(term, f"kt{terms.index(term)}[(i >> 2) * 2 + (i & 1)]")
-        exprs.append((expr, mod.name))
-    return dict(score_exprs=exprs, key_terms=terms)
-
-
 def v_names(plan: KernelPlan) -> dict:
     """The names V's and O's width goes by in the template: D's own (D, CHUNKS, K's stage size) where V has no head
     dim of its own, so that those kernels render as they always have; else DV, V_CHUNKS, V_TILE_ELEMS and
@@ -178,7 +161,9 @@ def validate(plan: KernelPlan) -> None:
 
 @cache
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+    # this path's templates, then the shared ones it imports macros from (key_terms.cu.j2)
+    loader = jinja2.FileSystemLoader([str(TEMPLATES), str(SHARED_TEMPLATES)])
+    return jinja2.Environment(loader=loader, undefined=jinja2.StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
 
 
@@ -188,7 +173,8 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
     n_consumers = consumers(plan)
     softmax = plan.norm.kind is NormKind.softmax
     options = schedule(plan)
-    shared_terms = score_exprs(plan, options.pop("share_key_terms"))
+    # the score loop's i: column 8 (i >> 2) + 2t + (i & 1)
+    shared_terms = score_exprs(plan, "(i >> 2) * 2 + (i & 1)", options.pop("share_key_terms"))
     context = dict(
         **options, plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
         chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
