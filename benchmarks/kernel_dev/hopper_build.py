@@ -91,6 +91,10 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # that a dev run can set it): a score function's calls on the key position alone (cos(k_idx)) once per
              # column and warp, shared by shuffles (backends.base.score_exprs). 3.7-4.6x on cos(k_idx).
              "KC": dict(options=dict(share_key_terms=True)),
+             # Session 8: LG = the sm90 backend's grid_groups switch: GROUP_HEADS = 0 (causal rows) walked in groups
+             # of gridDim.x pairs so that a group's K/V stay in L2 across its query blocks (ncu: all pairs read
+             # 1.7x cuDNN's DRAM bytes at causal d128 N = 512).
+             "LG": dict(options=dict(grid_groups=True)),
              "AF": dict(source_sub={
                  "const int k_row0 = n_block * BLOCK_N;":
                      "const int k_row0 = n_block * BLOCK_N;\n      const float k_row0f = (float)k_row0;",

@@ -51,7 +51,9 @@ def quick_check(kdir: Path, manifest, cubin: str) -> dict:
     for (b, h, n, m, layout) in ((1, 2, 128, 128, "bhnd"), (2, 3, 200, 333, "bnhd"), (1, 2, 1000, 777, "bhnd"),
                                  (2, 2, 64, 1024, "bnhd"), (1, 1, 4096, 4096, "bhnd"),
                                  # more work tiles than SMs: a persistent CTA walks several, ragged and not
-                                 (4, 16, 1024, 1024, "bhnd"), (3, 8, 1500, 1701, "bnhd")):
+                                 (4, 16, 1024, 1024, "bhnd"), (3, 8, 1500, 1701, "bnhd"),
+                                 # more (batch, head) pairs than SMs: the grid's groups of pairs (grid_groups)
+                                 (2, 70, 200, 333, "bnhd"), (1, 140, 640, 640, "bhnd")):
         if causal and m < n:
             m = n + 17
         gen = torch.Generator(device="cuda").manual_seed(int(time.time_ns()) % (1 << 31))
@@ -102,7 +104,7 @@ def bench(manifest, cubin: str, baselines: bool = True) -> list[dict]:
     causal = manifest.variant.causal
     h = 2048 // d
     rows = []
-    for n in (512, 1024, 4096, 16384):
+    for n in (512, 1024, 2048, 4096, 16384):
         b = max(1, 16384 // n)
         q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dt) for _ in range(3))
         o = torch.empty_like(q)

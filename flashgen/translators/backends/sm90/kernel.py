@@ -83,7 +83,8 @@ def schedule(plan: KernelPlan) -> dict:
     session 5, +18 % at causal d128 N = 512, +11 % at 1k, +2-4 % at d64, within noise at 16k; session 6, causal
     d256 128x64 two chunks at a time +28 % at N = 512 over the same tile from registers."""
     options = dict(o_via_tma=True, o_stage_chunks=chunks(plan.dv), o_chunked=True,  # O's chunks: Dv's
-                   share_key_terms=True)  # score functions' key-only calls once per column and warp: cos(k_idx)
+                   share_key_terms=True,  # score functions' key-only calls once per column and warp: cos(k_idx)
+                   grid_groups=False)  # GROUP_HEADS = 0 in groups of gridDim.x pairs (K/V kept in L2)
     # 85-131 -> 394-484 TF/s at N = 512..16k on the H200 (NOTES.md, session 7)
     options.update(_SCHEDULE_OVERRIDES)
     fits = [c for c in range(options["o_stage_chunks"], 0, -1)
@@ -94,6 +95,7 @@ def schedule(plan: KernelPlan) -> dict:
     else:
         options["o_stage_chunks"] = fits[0]
     del options["o_chunked"]
+    options["grid_groups"] = options["grid_groups"] and plan.group_heads == 0
     return options
 
 
@@ -104,8 +106,8 @@ _SCHEDULE_OVERRIDES: dict = {}
 @contextmanager
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
-    share_key_terms) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
-    unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms"}
+    share_key_terms, grid_groups) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
+    unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "grid_groups"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)
