@@ -84,7 +84,8 @@ def schedule(plan: KernelPlan) -> dict:
     d256 128x64 two chunks at a time +28 % at N = 512 over the same tile from registers."""
     options = dict(o_via_tma=True, o_stage_chunks=chunks(plan.dv), o_chunked=True,  # O's chunks: Dv's
                    share_key_terms=True,  # score functions' key-only calls once per column and warp: cos(k_idx)
-                   grid_groups=False)  # GROUP_HEADS = 0 in groups of gridDim.x pairs (K/V kept in L2)
+                   grid_groups=True)  # GROUP_HEADS = 0 in groups of gridDim.x pairs, so K/V stay in L2: causal
+    # bf16 N = 512 d128 +13 %, d256 +8 %, d64 +2 %, d128 1k +7 %, window 256 +7-8 % (NOTES.md, session 8)
     # 85-131 -> 394-484 TF/s at N = 512..16k on the H200 (NOTES.md, session 7)
     options.update(_SCHEDULE_OVERRIDES)
     fits = [c for c in range(options["o_stage_chunks"], 0, -1)

@@ -336,8 +336,21 @@ fg_attn_fwd_causal_fp16_d64_sm_90(const FlashgenAttnParams p, const __grid_const
   // Work tile -> coordinates and key-tile range, the same in every role (GROUP_HEADS pairs at a time, longest causal rows first).
   auto work_tile = [&](int tile) {
     int head, b, m_block;
-    fg::block::tile_coords<GROUP_HEADS, true>(tile, m_tiles, heads, heads * batch,
-                                                                          head, b, m_block);
+    // GROUP_HEADS = 0 (all pairs) on the persistent grid, in groups of gridDim.x pairs, query block outermost
+    // within a group (tile_coords' order within each group): a round of the grid still takes one query block of
+    // the same length from each of gridDim.x pairs, the all-pairs order's balance, while a group's K and V stay
+    // in L2 from one query block to the next, where at short N all pairs' K/V were read again from HBM for every
+    // query block (ncu, causal d128 N = 512: 454 MB of DRAM reads against cuDNN's 258; NOTES.md, session 8).
+    static_assert(GROUP_HEADS == 0, "grid groups stand for the all-pairs order");
+    {
+      const int pairs = heads * batch, group_pairs = min(pairs, (int)gridDim.x);
+      const int group = tile / (group_pairs * m_tiles), in_group = tile - group * group_pairs * m_tiles;
+      const int group_size = min(group_pairs, pairs - group * group_pairs);
+      const int pair = group * group_pairs + in_group % group_size, m_index = in_group / group_size;
+      head = pair % heads;
+      b = pair / heads;
+      m_block = m_tiles - 1 - m_index;
+    }
     return WorkTile{head, b, m_block, head / (heads / p.kv_heads), 0, min((seqlen_k + BLOCK_N - 1) / BLOCK_N, (m_block * BLOCK_M + BLOCK_M + diag > 0 ? (m_block * BLOCK_M + BLOCK_M + diag + BLOCK_N - 1) / BLOCK_N : (m_block * BLOCK_M + BLOCK_M + diag) / BLOCK_N))};
   };
 
