@@ -220,10 +220,15 @@ def attention_flops(shape: Shape, causal: bool | Variant = False) -> float:
     (Shape.flops: 4*B*H*N*M*D, halved for causal), which is right for N = M without a window only."""
     if isinstance(causal, bool):
         return shape.flops(causal)
-    pairs = visible_work(causal, shape.N, shape.M).counted_pairs
+    return pair_flops(shape, visible_work(causal, shape.N, shape.M).counted_pairs)
+
+
+def pair_flops(shape: Shape, pairs_per_head: float) -> float:
+    """The FLOPs of `pairs_per_head` (query, key) pairs in each of B*H (batch, head)s: 4*D per pair (2*(D + Dv)
+    where V has a head dim of its own), as attention_flops counts them."""
     if shape.DV is not None:  # V's own head dim: 2 FLOPs per multiply-add over D (Q K^T) and over Dv (P V)
-        return 2.0 * shape.B * shape.H * (shape.D + shape.DV) * pairs
-    return 4.0 * shape.B * shape.H * shape.D * pairs
+        return 2.0 * shape.B * shape.H * (shape.D + shape.DV) * pairs_per_head
+    return 4.0 * shape.B * shape.H * shape.D * pairs_per_head
 
 
 def percent_of_roofline(measured_time_s: float, est: RooflineEstimate) -> float:

@@ -115,6 +115,42 @@ def test_gpu_kernel_call_on_torch_tensors(tmp_path):
     assert lse.shape == (2, 4, 200) and torch.allclose(o.float(), want, atol=1e-2, rtol=1e-2)
 
 
+def test_a_mask_functions_timing_counts_the_pairs_it_leaves_over_the_tensors_the_timing_passed():
+    """`flashgen generate --mask-mod 'k_idx < LEN[b]'`: TF/s over the visible pairs (as `flashgen bench` counts a
+    variant's mask), the LEN values filled as the timing fills them; the summary says which share that is."""
+    import numpy as np
+
+    from flashgen.harness.environment import _mask_share, _timing_from
+    from flashgen.agent.summary import GenerateSummary, summary_text
+    from flashgen.harness.bench import BENCH_SEED, BenchEntry, BenchReport, timing_stats
+    from flashgen.mods import make_mods, reference_program
+    from flashgen.roofline import pair_flops
+    from flashgen.tl_spec.tensors import fill_all, sizes_of
+    from flashgen.variant import Shape
+
+    env = Environment()
+    target = env.target("h200")
+    mods = make_mods(mask_mod="k_idx < LEN[b]", tensors={"LEN": "int32[B]:0..M"})
+    _source, manifest = env.translate(reference_program(mods, Variant(), target, DType.bf16, 64, env), target)
+    shape = Shape(B=4, H=2, N=256, M=320, D=64)
+    lengths = fill_all(manifest.call_tensors, sizes_of(shape), BENCH_SEED)["LEN"]
+    want = float(np.minimum(lengths, shape.M).sum()) * shape.H * shape.N / (shape.B * shape.H * shape.N * shape.M)
+    assert 0 < want < 1 and _mask_share(mods, manifest, shape) == pytest.approx(want)
+    assert _mask_share(make_mods(score_mod="s + 0.25 * cos(k_idx)"), manifest, shape) is None  # no mask: None
+    report = BenchReport(entries=[BenchEntry(name=manifest.name, kind="kernel", ok=True, dtype="bf16",
+                                             variant=manifest.variant.name, shape=shape,
+                                             stats=timing_stats([0.5, 0.5, 0.5]))])
+    timing = _timing_from(report, shape, manifest, want)
+    assert timing.visible_share == want
+    assert timing.tflops == pytest.approx(4 * shape.B * shape.H * shape.D * shape.N * shape.M * want / 0.5e-3 / 1e12)
+    assert timing.tflops == pytest.approx(pair_flops(shape, want * shape.N * shape.M) / 0.5e-3 / 1e12)
+    summary = GenerateSummary(run_id=1, status="done", reason="", provider="expert", model_calls=3, kernel="k",
+                              target="h200 (sm_90)", verified=True, verified_on="NVIDIA H200", verification="PASS",
+                              shape=timing.shape, time_ms=0.5, tflops=timing.tflops, visible_share=want,
+                              kept="the one", candidates_compiled=1, candidates_verified=1)
+    assert f"TFLOP/s over the {want:.0%} of the pairs its mask leaves" in summary_text(summary)
+
+
 def test_bench_report_becomes_timing_with_ours_beside_the_baselines():
     from flashgen.agent.environment import _timing_from
     from flashgen.harness.bench import BenchEntry, BenchReport, timing_stats

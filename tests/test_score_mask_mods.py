@@ -151,12 +151,12 @@ def test_cli_score_mod_generates_checks_and_compiles(gpu, dtype, arch, tmp_path)
     assert f"# score function: s -> {SCORE} (s: the scaled score, natural units)" in tl
     assert "Compute S_r = S_r * scale\n" in tl and "Compute S_r = (S_r + 0.25 * cos(k_idx)) * log2e" in tl
     assert "(scale * log2e)" not in tl
-    # its lowering: the fp32 score line of the kernel, with the TL line it came from; the sm90 path computes
-    # cos(k_idx), a function of the key alone, once per column and warp and reads the shared value per score
-    if arch == "sm_90":
-        assert "s = s + 0.25f * kt0[(i >> 2) * 2 + (i & 1)];" in cuda and "= cosf((float)kpos);" in cuda
-    else:
-        assert "s = s + 0.25f * cosf((float)kpos);" in cuda
+    # its lowering: the fp32 score line of the kernel, with the TL line it came from; every path computes
+    # cos(k_idx), a function of the key alone, once per column and warp and reads the shared value per score, at
+    # its accumulator loop's slot (sm90: i over a wgmma fragment; mma.sync: nt and c)
+    slot = "(i >> 2) * 2 + (i & 1)" if arch == "sm_90" else "nt * 2 + (c & 1)"
+    assert f"s = s + 0.25f * kt0[{slot}];" in cuda and "= cosf((float)kpos);" in cuda
+    assert cuda.count("= cosf(") == 1 and "* cosf(" not in cuda  # the one call, in the shared block
     assert "cos(k_idx)" in cuda
     assert meta["mods"] == {"score_mod": SCORE, "mask_mod": None, "params": [], "tiles": None}
     assert "score/mask functions: score s + 0.25 * cos(k_idx)" in done.stderr

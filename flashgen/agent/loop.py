@@ -471,7 +471,9 @@ class Loop:
         if not candidate.verification.ok:
             return self._repair("translate", "repair_wrong", summary=candidate.verification.summary)
         s.candidates_verified += 1
-        candidate.timing = timing = self.env.bench(cuda, manifest, build, self.target, **self._scale())
+        # a mask function's kernel counts the pairs it leaves (the task's functions; the scripted fakes take none)
+        mods = {"mods": self.task.mods} if self.task.mods is not None and self.task.mods.mask_mod else {}
+        candidate.timing = timing = self.env.bench(cuda, manifest, build, self.target, **self._scale(), **mods)
         if s.best is None or not s.best.verification.ok or _faster(candidate, s.best):
             s.best = candidate
         self.trace.event("result", {"phase": "translate", "ok": True, "verified": True, "timing": timing.model_dump()})

@@ -41,6 +41,8 @@ class GenerateSummary(BaseModel):
     shape: str | None = Field(default=None, description="the shape the timings are at")
     time_ms: float | None = None
     tflops: float | None = None
+    visible_share: float | None = Field(default=None, description="a mask function's kernel: the share of the pairs "
+                                        "it leaves, which `tflops` counts")
     baselines: list[BaselineTime] = Field(default_factory=list)
     estimate: str | None = Field(default=None, description="the roofline lower bound, one line")
     kept: str = Field(description="which candidate is kept and why")
@@ -68,6 +70,7 @@ def summarize(result, meta: dict[str, Any], out_dir: Path | None, written: list[
         shape=timing.shape if timing is not None else None,
         time_ms=timing.time_ms if timing is not None else None,
         tflops=timing.tflops if timing is not None else None,
+        visible_share=timing.visible_share if timing is not None else None,
         baselines=_baselines(timing),
         estimate=_estimate(meta.get("roofline")),
         kept=kept_reason(best, compiled, result.candidates_verified),
@@ -158,6 +161,8 @@ def _timing_lines(s: GenerateSummary) -> list[Text]:
         why = "no GPU" if s.verified is None else "the benchmark did not run"
         return [_line("timing", f"not measured, nor the baselines ({why})")]
     speed = f", {s.tflops:.1f} TFLOP/s" if s.tflops else ""
+    if s.tflops and s.visible_share is not None:  # the baselines compute every pair; the kernel, what its mask leaves
+        speed += f" over the {s.visible_share:.0%} of the pairs its mask leaves"
     lines = [_line("timing", f"ours {s.time_ms:.4g} ms at {s.shape}{speed}")]
     if not s.baselines:
         return lines + [_line("", "no baseline ran beside it")]

@@ -64,6 +64,9 @@ class Timing(BaseModel):
     tflops: float | None = None
     baselines_ms: dict[str, float] = Field(default_factory=dict)
     roofline_percent: float | None = None
+    visible_share: float | None = Field(default=None, description="a kernel with a mask function: the share of the "
+                                        "(query, key) pairs it leaves at the timed shape and call-time tensors, "
+                                        "which `tflops` counts; None: the variant's own pairs")
 
     @property
     def best_baseline(self) -> tuple[str, float] | None:
@@ -386,8 +389,11 @@ class Environment:
         report = self._worker().verify(KernelInput(manifest=manifest, source=source), scale=scale)
         return Verification(ran=True, ok=bool(report.ok), summary=report.summary or report.error or "")
 
-    def bench(self, source: str, manifest: KernelManifest, build: Build, target, scale: float | None = None) -> Timing:
-        """`scale`: the softmax scale the kernel and the baselines run with (None: 1/sqrt(D))."""
+    def bench(self, source: str, manifest: KernelManifest, build: Build, target, scale: float | None = None,
+              mods=None) -> Timing:
+        """`scale`: the softmax scale the kernel and the baselines run with (None: 1/sqrt(D)); `mods`: the score and
+        mask functions the kernel computes (flashgen.mods.Mods), so that its TF/s counts the pairs a mask function
+        leaves, as `flashgen bench` counts a variant's own mask."""
         from flashgen.harness.worker import KernelInput
 
         big = ROOFLINE_SHAPE
@@ -396,7 +402,7 @@ class Environment:
         result = self._worker().bench([KernelInput(manifest=manifest, source=source)], [shape], scale=scale)
         if not result.ok:
             return Timing(ran=False, shape=_shape_text(shape))
-        return _timing_from(result.value, shape, manifest)
+        return _timing_from(result.value, shape, manifest, _mask_share(mods, manifest, shape))
 
     def roofline(self, counts: dict[str, Any] | None, target, dtype: DType) -> dict[str, Any] | None:
         if counts is None:
@@ -430,8 +436,24 @@ def _defined_by(reference, shape: Shape, result) -> dict[str, Any]:
             else value for name, value in ref.items()}
 
 
-def _timing_from(report, shape: Shape, manifest: KernelManifest) -> Timing:
-    """The harness's BenchReport -> Timing: our median beside each baseline's that ran."""
+def _mask_share(mods, manifest: KernelManifest, shape: Shape) -> float | None:
+    """The share of (query, key) pairs a mask function leaves at `shape`, over the call-time tensors the timing passed
+    (filled from bench.BENCH_SEED, as the timing fills them); None without a mask function, or for one the count cannot evaluate (it reads the score)."""
+    if mods is None or mods.mask_mod is None:
+        return None
+    from flashgen.harness.bench import BENCH_SEED
+    from flashgen.mods import visible_pairs
+    from flashgen.tl_spec.tensors import fill_all, sizes_of
+
+    tensors = fill_all(manifest.call_tensors, sizes_of(shape), BENCH_SEED)
+    pairs = visible_pairs(mods, manifest.variant, shape.N, shape.M, batch=shape.B, heads=shape.H, head_dim=shape.D,
+                          tensors=tensors)
+    return None if pairs is None else pairs / (shape.B * shape.H * shape.N * shape.M)
+
+
+def _timing_from(report, shape: Shape, manifest: KernelManifest, mask_share: float | None = None) -> Timing:
+    """The harness's BenchReport -> Timing: our median beside each baseline's that ran; TF/s over the pairs the
+    variant's mask leaves, or `mask_share` of all of them for a kernel with a mask function."""
     ours, baselines = None, {}
     for entry in report.entries:
         if not entry.ok or entry.stats is None:
@@ -440,11 +462,15 @@ def _timing_from(report, shape: Shape, manifest: KernelManifest) -> Timing:
             ours = entry.stats.median_ms
         elif entry.kind == "baseline":
             baselines[entry.name] = entry.stats.median_ms
-    from flashgen.roofline import attention_flops
+    from flashgen.roofline import attention_flops, pair_flops
 
-    flops = attention_flops(shape, manifest.variant)  # the benchmark's count: the pairs the mask leaves
+    if mask_share is None:
+        flops = attention_flops(shape, manifest.variant)  # the benchmark's count: the pairs the mask leaves
+    else:
+        flops = pair_flops(shape, mask_share * shape.N * shape.M)
     return Timing(ran=ours is not None, shape=_shape_text(shape), time_ms=ours,
-                  tflops=flops / (ours * 1e-3) / 1e12 if ours else None, baselines_ms=baselines)
+                  tflops=flops / (ours * 1e-3) / 1e12 if ours else None, baselines_ms=baselines,
+                  visible_share=mask_share)
 
 
 def _nvcc_release(version_text: str) -> str:
