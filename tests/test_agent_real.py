@@ -121,7 +121,7 @@ def test_a_mask_functions_timing_counts_the_pairs_it_leaves_over_the_tensors_the
     import numpy as np
 
     from flashgen.harness.environment import _mask_share, _timing_from
-    from flashgen.agent.summary import GenerateSummary, summary_text
+    from flashgen.agent.summary import OTHER_FUNCTION_NOTE, BaselineTime, GenerateSummary, summary_text
     from flashgen.harness.bench import BENCH_SEED, BenchEntry, BenchReport, timing_stats
     from flashgen.mods import make_mods, reference_program
     from flashgen.roofline import pair_flops
@@ -147,8 +147,12 @@ def test_a_mask_functions_timing_counts_the_pairs_it_leaves_over_the_tensors_the
     summary = GenerateSummary(run_id=1, status="done", reason="", provider="expert", model_calls=3, kernel="k",
                               target="h200 (sm_90)", verified=True, verified_on="NVIDIA H200", verification="PASS",
                               shape=timing.shape, time_ms=0.5, tflops=timing.tflops, visible_share=want,
-                              kept="the one", candidates_compiled=1, candidates_verified=1)
-    assert f"TFLOP/s over the {want:.0%} of the pairs its mask leaves" in summary_text(summary)
+                              kept="the one", candidates_compiled=1, candidates_verified=1,
+                              baselines=[BaselineTime(name="sdpa_cudnn", label="CUDNN", time_ms=0.4, ratio=0.8)],
+                              baselines_note=OTHER_FUNCTION_NOTE)
+    text = " ".join(summary_text(summary).split())
+    assert f"TFLOP/s over the {want:.0%} of the pairs its mask leaves" in text
+    assert "(the baselines compute the variant's attention without this kernel's own functions" in text
 
 
 def test_bench_report_becomes_timing_with_ours_beside_the_baselines():

@@ -124,6 +124,38 @@ def test_a_gpu_run_shows_each_baseline_with_its_ratio_and_why_the_candidate_was_
     assert json.loads(kernel.summary.model_dump_json())["baselines"][1]["ratio"] == pytest.approx(0.805 / 0.70)
 
 
+class MaskTimedOnAGpu(TimedOnAGpu):
+    """As TimedOnAGpu, but the timing goes through the real BenchReport -> Timing step with the run's mask function
+    (flashgen.harness.environment): ours 0.5 ms, CUDNN 0.6 ms."""
+
+    def bench(self, source, manifest, build, target, mods=None) -> Timing:
+        from flashgen.harness.bench import timing_stats
+        from flashgen.harness.environment import _mask_share, _timing_from
+
+        self.timed += 1
+        shape = Shape(B=4, H=16, N=4096, M=4096, D=manifest.head_dim)
+        common = dict(dtype=manifest.dtype.value, variant=manifest.variant.name, shape=shape)
+        report = BenchReport(entries=[
+            BenchEntry(name=manifest.name, kind="kernel", ok=True, stats=timing_stats([0.5] * 3), **common),
+            BenchEntry(name="sdpa_cudnn", kind="baseline", ok=True, stats=timing_stats([0.6] * 3), **common)])
+        return _timing_from(report, shape, manifest, _mask_share(mods, manifest, shape))
+
+
+def test_a_mask_functions_run_reports_visible_work_and_that_the_baselines_compute_other_work(tmp_path):
+    out = tmp_path / "k"
+    kernel = flashgen.generate(gpu="a100", dtype="fp16", head_dim=64, mask_mod="k_idx < LEN[b]",
+                               tensors={"LEN": "int32[B]:0..M"}, out=out, env=MaskTimedOnAGpu(),
+                               store=make_store(tmp_path))
+    s = kernel.summary
+    assert s.visible_share is not None and 0 < s.visible_share < 1
+    assert s.tflops == pytest.approx(4 * 4 * 16 * 64 * 4096 * 4096 * s.visible_share / 0.5e-3 / 1e12)
+    text = " ".join(summary_text(s).split())
+    assert f"TFLOP/s over the {s.visible_share:.0%} of the pairs its mask leaves" in text
+    assert "baselines compute the variant's attention without this kernel's own functions" in text
+    report = (out / "report.md").read_text()
+    assert f"of the pairs its mask leaves; baselines: sdpa_cudnn 0.6 ms (the baselines compute" in report
+
+
 # ------------------------------------------------------------------------------------------------ the budget
 
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from flashgen.abi import ModTensor
 from flashgen.agent.providers import Task, redact
+from flashgen.agent.summary import OTHER_FUNCTION_NOTE
 from flashgen.errors import UsageError
 
 FILES = ("sketch.tl", "kernel.tl", "kernel.cu", "manifest.json", "meta.json", "report.md")
@@ -135,7 +136,10 @@ def render_report(meta: dict[str, Any], result) -> str:
     if (timing := meta.get("timings")) is not None:
         base = ", ".join(f"{k} {v:.4g} ms" for k, v in timing["baselines_ms"].items()) or "none"
         ours = f"{timing['time_ms']:.4g} ms" if timing.get("time_ms") is not None else "not timed"
-        lines.append(f"Timing at {timing['shape']}: {ours}; baselines: {base}")
+        if timing.get("visible_share") is not None and timing.get("tflops"):
+            ours += f", {timing['tflops']:.1f} TFLOP/s over the {timing['visible_share']:.0%} of the pairs its mask leaves"
+        lines.append(f"Timing at {timing['shape']}: {ours}; baselines: {base}"
+                     + (f" ({OTHER_FUNCTION_NOTE})" if result.best.manifest.reference_tl is not None else ""))
     if (roof := meta.get("roofline")) is not None:
         lines.append(f"Roofline lower bound at {roof['shape']}: {roof['time_s'] * 1e3:.3g} ms ({roof['bound']}-bound, "
                      f"{roof.get('tflops_at_bound', 0):.0f} TFLOP/s)")

@@ -27,6 +27,12 @@ class BaselineTime(BaseModel):
     ratio: float | None = Field(default=None, description=RATIO_MEANING)
 
 
+#: a kernel with a reference program of its own (score or mask functions, a user's TL that computes something its
+#: variant does not describe) is timed beside libraries that compute the variant alone
+OTHER_FUNCTION_NOTE = ("the baselines compute the variant's attention without this kernel's own functions: "
+                       "a reference point, not the same work")
+
+
 class GenerateSummary(BaseModel):
     run_id: int
     status: str
@@ -44,6 +50,8 @@ class GenerateSummary(BaseModel):
     visible_share: float | None = Field(default=None, description="a mask function's kernel: the share of the pairs "
                                         "it leaves, which `tflops` counts")
     baselines: list[BaselineTime] = Field(default_factory=list)
+    baselines_note: str | None = Field(default=None, description="what the baselines do not compute that the kernel "
+                                       "does (its own score or mask functions), where that is so")
     estimate: str | None = Field(default=None, description="the roofline lower bound, one line")
     kept: str = Field(description="which candidate is kept and why")
     candidates_compiled: int
@@ -72,6 +80,7 @@ def summarize(result, meta: dict[str, Any], out_dir: Path | None, written: list[
         tflops=timing.tflops if timing is not None else None,
         visible_share=timing.visible_share if timing is not None else None,
         baselines=_baselines(timing),
+        baselines_note=OTHER_FUNCTION_NOTE if best.manifest.reference_tl is not None else None,
         estimate=_estimate(meta.get("roofline")),
         kept=kept_reason(best, compiled, result.candidates_verified),
         candidates_compiled=compiled, candidates_verified=result.candidates_verified,
@@ -171,4 +180,5 @@ def _timing_lines(s: GenerateSummary) -> list[Text]:
         ratio = "" if b.ratio is None else f"{b.ratio:.2f}x"
         style = "green" if b.ratio is not None and b.ratio >= 1 else "yellow"
         lines.append(_line("", f"{b.label.ljust(width)}  {b.time_ms:>7.4g} ms  ", (ratio, style)))
-    return lines + [_line("", (f"(x = {RATIO_MEANING})", "dim"))]
+    lines.append(_line("", (f"(x = {RATIO_MEANING})", "dim")))
+    return lines + ([_line("", (f"({s.baselines_note})", "dim"))] if s.baselines_note else [])
