@@ -120,9 +120,9 @@ def test_a_mask_functions_timing_counts_the_pairs_it_leaves_over_the_tensors_the
     variant's mask), the LEN values filled as the timing fills them; the summary says which share that is."""
     import numpy as np
 
-    from flashgen.harness.environment import _mask_share, _timing_from
     from flashgen.agent.summary import OTHER_FUNCTION_NOTE, BaselineTime, GenerateSummary, summary_text
     from flashgen.harness.bench import BENCH_SEED, BenchEntry, BenchReport, timing_stats
+    from flashgen.harness.environment import _mask_share, _timing_from
     from flashgen.mods import make_mods, reference_program
     from flashgen.roofline import pair_flops
     from flashgen.tl_spec.tensors import fill_all, sizes_of

@@ -153,7 +153,7 @@ def test_a_mask_functions_run_reports_visible_work_and_that_the_baselines_comput
     assert f"TFLOP/s over the {s.visible_share:.0%} of the pairs its mask leaves" in text
     assert "baselines compute the variant's attention without this kernel's own functions" in text
     report = (out / "report.md").read_text()
-    assert f"of the pairs its mask leaves; baselines: sdpa_cudnn 0.6 ms (the baselines compute" in report
+    assert "of the pairs its mask leaves; baselines: sdpa_cudnn 0.6 ms (the baselines compute" in report
 
 
 # ------------------------------------------------------------------------------------------------ the budget
