@@ -141,7 +141,17 @@ def test_a_mask_functions_timing_counts_the_pairs_it_leaves_over_the_tensors_the
                                              variant=manifest.variant.name, shape=shape,
                                              stats=timing_stats([0.5, 0.5, 0.5]))])
     timing = _timing_from(report, shape, manifest, want)
-    assert timing.visible_share == want
+    assert timing.visible_share == want and timing.plain_ms is None and timing.plain_ratio is None
+    # the plain twin, timed after ours under the same kernel name: our visible-work TF/s over its all-pairs TF/s
+    report.entries.append(BenchEntry(name=manifest.name, kind="kernel", ok=True, dtype="bf16",
+                                     variant=manifest.variant.name, shape=shape, stats=timing_stats([0.8] * 3)))
+    with_plain = _timing_from(report, shape, manifest, want)
+    assert with_plain.time_ms == 0.5 and with_plain.plain_ms == 0.8
+    assert with_plain.plain_ratio == pytest.approx(want * 0.8 / 0.5)
+    # the twin Environment.bench times beside it: the library's kernel of the variant, without the function
+    twin = env._plain_twin(manifest, target)
+    assert twin.manifest.variant == manifest.variant and twin.manifest.reference_tl is None
+    assert twin.manifest.mod_tensors == [] and "LEN" not in twin.source and manifest.mod_tensors
     assert timing.tflops == pytest.approx(4 * shape.B * shape.H * shape.D * shape.N * shape.M * want / 0.5e-3 / 1e12)
     assert timing.tflops == pytest.approx(pair_flops(shape, want * shape.N * shape.M) / 0.5e-3 / 1e12)
     summary = GenerateSummary(run_id=1, status="done", reason="", provider="expert", model_calls=3, kernel="k",

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from flashgen.abi import ModTensor
 from flashgen.agent.providers import Task, redact
-from flashgen.agent.summary import OTHER_FUNCTION_NOTE
+from flashgen.agent.summary import OTHER_FUNCTION_NOTE, PLAIN_TWIN
 from flashgen.errors import UsageError
 
 FILES = ("sketch.tl", "kernel.tl", "kernel.cu", "manifest.json", "meta.json", "report.md")
@@ -140,6 +140,9 @@ def render_report(meta: dict[str, Any], result) -> str:
             ours += f", {timing['tflops']:.1f} TFLOP/s over the {timing['visible_share']:.0%} of the pairs its mask leaves"
         lines.append(f"Timing at {timing['shape']}: {ours}; baselines: {base}"
                      + (f" ({OTHER_FUNCTION_NOTE})" if result.best.manifest.reference_tl is not None else ""))
+        if timing.get("plain_ms") is not None and timing.get("plain_ratio") is not None:
+            lines.append(f"Beside {PLAIN_TWIN}: {timing['plain_ms']:.4g} ms, ours at {timing['plain_ratio']:.2f}x its "
+                         "TF/s")
     if (roof := meta.get("roofline")) is not None:
         lines.append(f"Roofline lower bound at {roof['shape']}: {roof['time_s'] * 1e3:.3g} ms ({roof['bound']}-bound, "
                      f"{roof.get('tflops_at_bound', 0):.0f} TFLOP/s)")

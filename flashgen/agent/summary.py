@@ -33,6 +33,9 @@ OTHER_FUNCTION_NOTE = ("the baselines compute the variant's attention without th
                        "a reference point, not the same work")
 
 
+PLAIN_TWIN = "flashgen's kernel without the functions"
+
+
 class GenerateSummary(BaseModel):
     run_id: int
     status: str
@@ -52,6 +55,10 @@ class GenerateSummary(BaseModel):
     baselines: list[BaselineTime] = Field(default_factory=list)
     baselines_note: str | None = Field(default=None, description="what the baselines do not compute that the kernel "
                                        "does (its own score or mask functions), where that is so")
+    plain_ms: float | None = Field(default=None, description="a kernel with functions: flashgen's own kernel without "
+                                   "them, timed beside it")
+    plain_ratio: float | None = Field(default=None, description="our TF/s over that kernel's (the run's goal for a "
+                                      "kernel with functions)")
     estimate: str | None = Field(default=None, description="the roofline lower bound, one line")
     kept: str = Field(description="which candidate is kept and why")
     candidates_compiled: int
@@ -81,6 +88,8 @@ def summarize(result, meta: dict[str, Any], out_dir: Path | None, written: list[
         visible_share=timing.visible_share if timing is not None else None,
         baselines=_baselines(timing),
         baselines_note=OTHER_FUNCTION_NOTE if best.manifest.reference_tl is not None else None,
+        plain_ms=timing.plain_ms if timing is not None else None,
+        plain_ratio=timing.plain_ratio if timing is not None else None,
         estimate=_estimate(meta.get("roofline")),
         kept=kept_reason(best, compiled, result.candidates_verified),
         candidates_compiled=compiled, candidates_verified=result.candidates_verified,
@@ -181,4 +190,10 @@ def _timing_lines(s: GenerateSummary) -> list[Text]:
         style = "green" if b.ratio is not None and b.ratio >= 1 else "yellow"
         lines.append(_line("", f"{b.label.ljust(width)}  {b.time_ms:>7.4g} ms  ", (ratio, style)))
     lines.append(_line("", (f"(x = {RATIO_MEANING})", "dim")))
-    return lines + ([_line("", (f"({s.baselines_note})", "dim"))] if s.baselines_note else [])
+    if s.baselines_note:
+        lines.append(_line("", (f"({s.baselines_note})", "dim")))
+    if s.plain_ms is not None and s.plain_ratio is not None:
+        style = "green" if s.plain_ratio >= 1 else "yellow"
+        lines.append(_line("", f"{PLAIN_TWIN} {s.plain_ms:.4g} ms: ours at ", (f"{s.plain_ratio:.2f}x", style),
+                           " its TF/s"))
+    return lines

@@ -67,6 +67,10 @@ class Timing(BaseModel):
     visible_share: float | None = Field(default=None, description="a kernel with a mask function: the share of the "
                                         "(query, key) pairs it leaves at the timed shape and call-time tensors, "
                                         "which `tflops` counts; None: the variant's own pairs")
+    plain_ms: float | None = Field(default=None, description="a kernel with score or mask functions: flashgen's own "
+                                   "kernel of the same variant without them, timed beside it")
+    plain_ratio: float | None = Field(default=None, description="our TF/s (over the pairs we compute) over that "
+                                      "plain kernel's: the measure a kernel with functions is held to")
 
     @property
     def best_baseline(self) -> tuple[str, float] | None:
@@ -392,17 +396,38 @@ class Environment:
     def bench(self, source: str, manifest: KernelManifest, build: Build, target, scale: float | None = None,
               mods=None) -> Timing:
         """`scale`: the softmax scale the kernel and the baselines run with (None: 1/sqrt(D)); `mods`: the score and
-        mask functions the kernel computes (flashgen.mods.Mods), so that its TF/s counts the pairs a mask function
-        leaves, as `flashgen bench` counts a variant's own mask."""
+        mask functions the kernel computes (flashgen.mods.Mods): its TF/s counts the pairs a mask function leaves, as
+        `flashgen bench` counts a variant's own mask, and flashgen's own kernel without the functions is timed
+        beside it (Timing.plain_ms and plain_ratio, the measure such a kernel is held to)."""
         from flashgen.harness.worker import KernelInput
 
         big = ROOFLINE_SHAPE
         shape = Shape(B=big.B, H=big.H, KVH=big.H // manifest.variant.kv_group, N=big.N, M=big.M, D=manifest.head_dim,
                       DV=manifest.head_dim_v)
-        result = self._worker().bench([KernelInput(manifest=manifest, source=source)], [shape], scale=scale)
+        kernels = [KernelInput(manifest=manifest, source=source)]
+        if mods is not None and (plain := self._plain_twin(manifest, target)) is not None:
+            kernels.append(plain)  # timed second, in the same worker and job (its baselines are the same)
+        result = self._worker().bench(kernels, [shape], scale=scale)
         if not result.ok:
             return Timing(ran=False, shape=_shape_text(shape))
         return _timing_from(result.value, shape, manifest, _mask_share(mods, manifest, shape))
+
+    def _plain_twin(self, manifest: KernelManifest, target):
+        """flashgen's own kernel of the manifest's variant, dtype and head dims on `target` without score or mask
+        functions (the library's program at the first parameter choice), as a KernelInput; None where there is
+        none to build."""
+        from flashgen.harness.worker import KernelInput
+        from flashgen.translators.params import choose_params
+
+        dims = {"head_dim_v": manifest.head_dim_v} if manifest.head_dim_v is not None else {}
+        try:
+            params = dict(choose_params(manifest.variant, target.name, manifest.dtype, manifest.head_dim, **dims))
+            tl = self.library_tl(manifest.variant, target, manifest.dtype, manifest.head_dim, form="full",
+                                 params=params, **dims)
+            source, plain = self.translate(tl, target)
+        except FlashgenError:
+            return None
+        return KernelInput(manifest=plain, source=source)
 
     def roofline(self, counts: dict[str, Any] | None, target, dtype: DType) -> dict[str, Any] | None:
         if counts is None:
@@ -453,24 +478,26 @@ def _mask_share(mods, manifest: KernelManifest, shape: Shape) -> float | None:
 
 def _timing_from(report, shape: Shape, manifest: KernelManifest, mask_share: float | None = None) -> Timing:
     """The harness's BenchReport -> Timing: our median beside each baseline's that ran; TF/s over the pairs the
-    variant's mask leaves, or `mask_share` of all of them for a kernel with a mask function."""
-    ours, baselines = None, {}
-    for entry in report.entries:
-        if not entry.ok or entry.stats is None:
-            continue
-        if entry.kind == "kernel" and entry.name == manifest.name:
-            ours = entry.stats.median_ms
-        elif entry.kind == "baseline":
-            baselines[entry.name] = entry.stats.median_ms
+    variant's mask leaves, or `mask_share` of all of them for a kernel with a mask function. A second kernel entry
+    is the plain twin Environment.bench timed after ours (kernel entries follow the inputs' order; the twin may
+    carry our kernel's name)."""
+    kernels = [entry for entry in report.entries if entry.kind == "kernel"]
+    mine = [entry for entry in kernels if entry.name == manifest.name][:1]
+    ours, plain = (_median(mine[0]) if mine else None), (_median(kernels[1]) if len(kernels) > 1 else None)
+    baselines = {entry.name: entry.stats.median_ms for entry in report.entries
+                 if entry.kind == "baseline" and entry.ok and entry.stats is not None}
     from flashgen.roofline import attention_flops, pair_flops
 
-    if mask_share is None:
-        flops = attention_flops(shape, manifest.variant)  # the benchmark's count: the pairs the mask leaves
-    else:
-        flops = pair_flops(shape, mask_share * shape.N * shape.M)
-    return Timing(ran=ours is not None, shape=_shape_text(shape), time_ms=ours,
-                  tflops=flops / (ours * 1e-3) / 1e12 if ours else None, baselines_ms=baselines,
-                  visible_share=mask_share)
+    plain_flops = attention_flops(shape, manifest.variant)  # the benchmark's count: the pairs the variant leaves
+    flops = plain_flops if mask_share is None else pair_flops(shape, mask_share * shape.N * shape.M)
+    tflops = flops / (ours * 1e-3) / 1e12 if ours else None
+    return Timing(ran=ours is not None, shape=_shape_text(shape), time_ms=ours, tflops=tflops,
+                  baselines_ms=baselines, visible_share=mask_share, plain_ms=plain,
+                  plain_ratio=tflops / (plain_flops / (plain * 1e-3) / 1e12) if tflops and plain else None)
+
+
+def _median(entry) -> float | None:
+    return entry.stats.median_ms if entry.ok and entry.stats is not None else None
 
 
 def _nvcc_release(version_text: str) -> str:
