@@ -139,7 +139,7 @@ def render_report(meta: dict[str, Any], result) -> str:
         if timing.get("visible_share") is not None and timing.get("tflops"):
             ours += f", {timing['tflops']:.1f} TFLOP/s over the {timing['visible_share']:.0%} of the pairs its mask leaves"
         lines.append(f"Timing at {timing['shape']}: {ours}; baselines: {base}"
-                     + (f" ({OTHER_FUNCTION_NOTE})" if result.best.manifest.reference_tl is not None else ""))
+                     + (f" ({OTHER_FUNCTION_NOTE})" if meta.get("mods") is not None else ""))
         if timing.get("plain_ms") is not None and timing.get("plain_ratio") is not None:
             lines.append(f"Beside {PLAIN_TWIN}: {timing['plain_ms']:.4g} ms, ours at {timing['plain_ratio']:.2f}x its "
                          "TF/s")

@@ -27,8 +27,7 @@ class BaselineTime(BaseModel):
     ratio: float | None = Field(default=None, description=RATIO_MEANING)
 
 
-#: a kernel with a reference program of its own (score or mask functions, a user's TL that computes something its
-#: variant does not describe) is timed beside libraries that compute the variant alone
+#: a kernel with score or mask functions is timed beside libraries that compute the variant alone
 OTHER_FUNCTION_NOTE = ("the baselines compute the variant's attention without this kernel's own functions: "
                        "a reference point, not the same work")
 
@@ -87,7 +86,7 @@ def summarize(result, meta: dict[str, Any], out_dir: Path | None, written: list[
         tflops=timing.tflops if timing is not None else None,
         visible_share=timing.visible_share if timing is not None else None,
         baselines=_baselines(timing),
-        baselines_note=OTHER_FUNCTION_NOTE if best.manifest.reference_tl is not None else None,
+        baselines_note=OTHER_FUNCTION_NOTE if meta.get("mods") is not None else None,
         plain_ms=timing.plain_ms if timing is not None else None,
         plain_ratio=timing.plain_ratio if timing is not None else None,
         estimate=_estimate(meta.get("roofline")),
