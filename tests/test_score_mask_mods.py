@@ -279,6 +279,23 @@ def test_the_interpreter_computes_the_functions_as_numpy_does(variant, gpu, dtyp
     assert translation.manifest.reference_tl is not None and "cosf((float)kpos)" in translation.source
 
 
+def test_the_roofline_counts_a_call_on_the_key_alone_once_a_column_and_any_other_once_a_score():
+    from flashgen.mods import reference_program
+
+    env = Environment()
+    target = env.target("h200")
+
+    def sfu(score_mod):
+        tl = (reference_program(make_mods(score_mod=score_mod), Variant(), target, DType.bf16, 128, env) if score_mod
+              else env.library_tl(Variant(), target, DType.bf16, 128, form="full"))
+        return env._roofline_counts(env.parse(tl), Variant(), 128)["sfu_ops"]
+
+    plain, per_key, per_pair = sfu(None), sfu("s + 0.25 * cos(k_idx)"), sfu("s + 0.25 * cos(q_idx - k_idx)")
+    pairs = 4 * 16 * 4096 * 4096  # the roofline shape's (B=4, H=16, N=M=4096)
+    assert per_pair - plain == pytest.approx(pairs, rel=1e-6)  # one cos a score
+    assert 0 < per_key - plain < pairs / 64  # one a key column of each query block (BLOCK_M rows share it)
+
+
 def test_without_functions_nothing_changes():
     env = Environment()
     target = env.target("a100")

@@ -890,17 +890,24 @@ class _Run:
         buf.rows, buf.cols = rows, cols
         cnt = self.n_active(active)
         elems = math.prod(buf.shape)
-        ops = sfu = 0
+        ops = sfu = 0.0
         for node in ast.walk_expr(stmt.expr):
             if isinstance(node, (ast.Binary, ast.Unary)):
                 ops += 1
             elif isinstance(node, ast.Call):
                 if node.func in ast.SFU_FUNCTIONS:
-                    sfu += 1
+                    # a call on the key position and block constants alone (cos(k_idx)) is one value a column of
+                    # the tile: the least work computes it once a column, as the translators do (ScoreMod.key_terms)
+                    sfu += 1.0 / buf.shape[0] if rank == 2 and self._key_only(node) else 1.0
                 else:
                     ops += 1
         self.counter.vector += ops * elems * cnt
         self.counter.sfu += sfu * elems * cnt
+
+    def _key_only(self, call: ast.Call) -> bool:
+        """Whether a call reads k_idx and nothing that varies along a tile's rows: no q_idx, no tile, no tensor."""
+        names = {n.id for n in ast.walk_expr(call) if isinstance(n, ast.Name)}
+        return "k_idx" in names and not names & ({"q_idx"} | set(self.locals)) and not ast.tensors_read(call)
 
     def _reshape(self, stmt: ast.Reshape, active: np.ndarray | None) -> None:
         src, dst = self.buffer(stmt.src, stmt), self.buffer(stmt.dst, stmt)
