@@ -673,6 +673,18 @@ def visible_pairs(mods: Mods, variant, n: int, m: int, *, batch: int = 1, heads:
     return total * (batch * heads // len(per))
 
 
+def visible_share(mods: Mods, variant, call_tensors, shape, seed: int) -> float | None:
+    """The share of a call's (query, key) pairs at `shape` that the mask function and the variant's mask leave, with
+    the call-time tensors (`call_tensors`: the manifest's ModTensors) filled from `seed` by their rules, as a timing
+    run fills them (flashgen.harness.bench); None where visible_pairs cannot count it."""
+    from flashgen.tl_spec.tensors import fill_all, sizes_of
+
+    tensors = fill_all(call_tensors, sizes_of(shape), seed)
+    pairs = visible_pairs(mods, variant, shape.N, shape.M, batch=shape.B, heads=shape.H, head_dim=shape.D,
+                          tensors=tensors)
+    return None if pairs is None else pairs / (shape.B * shape.H * shape.N * shape.M)
+
+
 def _tile_leaf(e, sizes: dict[str, Any]):
     """A name of a mask as tile_report's tile test reads it (flashgen.translators.tiles.Leaf): a size, b, h."""
     from flashgen.tl_spec import ast

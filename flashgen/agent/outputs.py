@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from flashgen.abi import ModTensor
 from flashgen.agent.providers import Task, redact
-from flashgen.agent.summary import OTHER_FUNCTION_NOTE, PLAIN_TWIN
+from flashgen.agent.summary import OTHER_FUNCTION_NOTE, PLAIN_TWIN, visible_words
 from flashgen.errors import UsageError
 
 FILES = ("sketch.tl", "kernel.tl", "kernel.cu", "manifest.json", "meta.json", "report.md")
@@ -137,7 +137,7 @@ def render_report(meta: dict[str, Any], result) -> str:
         base = ", ".join(f"{k} {v:.4g} ms" for k, v in timing["baselines_ms"].items()) or "none"
         ours = f"{timing['time_ms']:.4g} ms" if timing.get("time_ms") is not None else "not timed"
         if timing.get("visible_share") is not None and timing.get("tflops"):
-            ours += f", {timing['tflops']:.1f} TFLOP/s over the {timing['visible_share']:.0%} of the pairs its mask leaves"
+            ours += f", {timing['tflops']:.1f} TFLOP/s {visible_words(timing['visible_share'])}"
         lines.append(f"Timing at {timing['shape']}: {ours}; baselines: {base}"
                      + (f" ({OTHER_FUNCTION_NOTE})" if meta.get("mods") is not None else ""))
         if timing.get("plain_ms") is not None and timing.get("plain_ratio") is not None:

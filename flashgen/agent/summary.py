@@ -30,9 +30,13 @@ class BaselineTime(BaseModel):
 #: a kernel with score or mask functions is timed beside libraries that compute the variant alone
 OTHER_FUNCTION_NOTE = ("the baselines compute the variant's attention without this kernel's own functions: "
                        "a reference point, not the same work")
-
-
+#: the kernel a run with functions is held to (Environment.bench times it beside ours)
 PLAIN_TWIN = "flashgen's kernel without the functions"
+
+
+def visible_words(share: float) -> str:
+    """What a mask function's TF/s counts (the summary's and report.md's words)."""
+    return f"over the {share:.0%} of the pairs its mask leaves"
 
 
 class GenerateSummary(BaseModel):
@@ -179,7 +183,7 @@ def _timing_lines(s: GenerateSummary) -> list[Text]:
         return [_line("timing", f"not measured, nor the baselines ({why})")]
     speed = f", {s.tflops:.1f} TFLOP/s" if s.tflops else ""
     if s.tflops and s.visible_share is not None:  # the baselines compute every pair; the kernel, what its mask leaves
-        speed += f" over the {s.visible_share:.0%} of the pairs its mask leaves"
+        speed += " " + visible_words(s.visible_share)
     lines = [_line("timing", f"ours {s.time_ms:.4g} ms at {s.shape}{speed}")]
     if not s.baselines:
         return lines + [_line("", "no baseline ran beside it")]

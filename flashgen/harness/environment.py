@@ -417,17 +417,27 @@ class Environment:
         functions (the library's program at the first parameter choice), as a KernelInput; None where there is
         none to build."""
         from flashgen.harness.worker import KernelInput
-        from flashgen.translators.params import choose_params
 
-        dims = {"head_dim_v": manifest.head_dim_v} if manifest.head_dim_v is not None else {}
         try:
-            params = dict(choose_params(manifest.variant, target.name, manifest.dtype, manifest.head_dim, **dims))
-            tl = self.library_tl(manifest.variant, target, manifest.dtype, manifest.head_dim, form="full",
-                                 params=params, **dims)
-            source, plain = self.translate(tl, target)
+            source, plain, _tl = self.expert_kernel(manifest.variant, target, manifest.dtype, manifest.head_dim,
+                                                    manifest.head_dim_v)
         except FlashgenError:
             return None
         return KernelInput(manifest=plain, source=source)
+
+    def expert_kernel(self, variant: Variant, target, dtype: DType, head_dim: int,
+                      head_dim_v: int | None = None) -> tuple[str, KernelManifest, str]:
+        """(CUDA source, manifest, full TL) of the library's program for `target` at the first parameter choice,
+        through the reference translator: the expert provider's first answer. Raises FlashgenError (one line) for a
+        combination the translator cannot build."""
+        from flashgen.translators.params import choose_params
+
+        dims = {"head_dim_v": head_dim_v} if head_dim_v is not None else {}
+        self.check_supported(variant, target, dtype, head_dim, **dims)
+        params = dict(choose_params(variant, target.name, dtype, head_dim, **dims))
+        tl = self.library_tl(variant, target, dtype, head_dim, form="full", params=params, **dims)
+        source, manifest = self.translate(tl, target)
+        return source, manifest, tl
 
     def roofline(self, counts: dict[str, Any] | None, target, dtype: DType) -> dict[str, Any] | None:
         if counts is None:
@@ -463,17 +473,14 @@ def _defined_by(reference, shape: Shape, result) -> dict[str, Any]:
 
 def _mask_share(mods, manifest: KernelManifest, shape: Shape) -> float | None:
     """The share of (query, key) pairs a mask function leaves at `shape`, over the call-time tensors the timing passed
-    (filled from bench.BENCH_SEED, as the timing fills them); None without a mask function, or for one the count cannot evaluate (it reads the score)."""
+    (filled from bench.BENCH_SEED, as the timing fills them); None without a mask function, or for one the count
+    cannot evaluate (it reads the score)."""
     if mods is None or mods.mask_mod is None:
         return None
     from flashgen.harness.bench import BENCH_SEED
-    from flashgen.mods import visible_pairs
-    from flashgen.tl_spec.tensors import fill_all, sizes_of
+    from flashgen.mods import visible_share
 
-    tensors = fill_all(manifest.call_tensors, sizes_of(shape), BENCH_SEED)
-    pairs = visible_pairs(mods, manifest.variant, shape.N, shape.M, batch=shape.B, heads=shape.H, head_dim=shape.D,
-                          tensors=tensors)
-    return None if pairs is None else pairs / (shape.B * shape.H * shape.N * shape.M)
+    return visible_share(mods, manifest.variant, manifest.call_tensors, shape, BENCH_SEED)
 
 
 def _timing_from(report, shape: Shape, manifest: KernelManifest, mask_share: float | None = None) -> Timing:

@@ -27,6 +27,7 @@ from flashgen.abi import KernelManifest
 from flashgen.errors import FlashgenError, UsageError
 from flashgen.harness.bench import (
     BASELINE_LABELS,
+    BENCH_SEED,
     FLEX_MODES,
     SUITE_GRIDS,
     BenchEntry,
@@ -90,18 +91,11 @@ def build_expert_kernel(gpu: str, dtype: DType | str, variant: Variant, head_dim
     search space behind the other candidates takes seconds a kernel, and only the expert's later tries need it.
     `head_dim_v`: V's and O's own head dim (None, or head_dim: the kernel of one head dim)."""
     from flashgen.harness.environment import Environment
-    from flashgen.translators.params import choose_params
 
     env = env or Environment()
     dtype = DType(getattr(dtype, "value", dtype))
-    target = translation_target(gpu, arch_override)
-    head_dim_v = check_head_dim_v(head_dim_v, head_dim)
-    dims = {"head_dim_v": head_dim_v} if head_dim_v is not None else {}
-    env.check_supported(variant, target, dtype, head_dim, **dims)
-    params = dict(choose_params(variant, target.name, dtype, head_dim, **dims))
-    tl = env.library_tl(variant, target, dtype, head_dim, form="full", params=params, **dims)
-    source, manifest = env.translate(tl, target)
-    return source, manifest, tl
+    return env.expert_kernel(variant, translation_target(gpu, arch_override), dtype, head_dim,
+                             check_head_dim_v(head_dim_v, head_dim))
 
 
 class SuiteKernel(BaseModel):
@@ -765,7 +759,7 @@ MOD_SUITE: dict[str, dict[str, Any]] = {
 MOD_SUITE_SHAPE = Shape(B=4, H=16, N=4096, M=4096, D=128)
 MOD_SUITE_DTYPE = DType.bf16
 MOD_GOAL = FUNCTION_GOAL  # visible-work TF/s at least this share of the plain kernel's (flashgen.mods)
-MOD_SEED = 0  # the seed the call-time tensors are filled with (bench_kernels' and the visible pairs')
+MOD_SEED = BENCH_SEED  # the seed the call-time tensors are filled with (bench_kernels' and the visible pairs')
 
 
 class ModBench(BaseModel):
@@ -821,8 +815,7 @@ def bench_mods(gpu: str = "h200", names: list[str] | None = None, min_time_s: fl
     kernel's."""
     from flashgen.harness.device import KernelInput
     from flashgen.harness.worker import GpuWorker
-    from flashgen.mods import make_mods, visible_pairs
-    from flashgen.tl_spec.tensors import fill_all, sizes_of
+    from flashgen.mods import make_mods, visible_share
 
     shape, dtype, variant = MOD_SUITE_SHAPE, MOD_SUITE_DTYPE, Variant()
     plain_source, plain_manifest, _ = build_expert_kernel(gpu, dtype, variant, shape.D)
@@ -839,10 +832,7 @@ def bench_mods(gpu: str = "h200", names: list[str] | None = None, min_time_s: fl
             row.error = f"build failed: {exc}"
             continue
         row.kernel = manifest.name
-        tensors = fill_all(manifest.call_tensors, sizes_of(shape), MOD_SEED)
-        pairs = visible_pairs(make_mods(**keywords), variant, shape.N, shape.M, batch=shape.B, heads=shape.H,
-                              head_dim=shape.D, tensors=tensors)
-        row.visible_share = None if pairs is None else pairs / (shape.B * shape.H * shape.N * shape.M)
+        row.visible_share = visible_share(make_mods(**keywords), variant, manifest.call_tensors, shape, MOD_SEED)
         built.append((row, KernelInput(source=source, manifest=manifest)))
     with GpuWorker(job_timeout_s=timeout_s) as worker:
         timed: list[tuple[ModBench, KernelInput]] = []
