@@ -178,11 +178,11 @@ def test_sm90_one_consumer_warpgroup_puts_two_ctas_on_an_sm():
 
 @needs_nvcc
 def test_sm90_production_kernels_keep_their_wgmma_asynchronous():
-    """The Hopper path's own kernels at the tiles the tables give (plain and causal at every native head dim, a
-    window, and a kernel that skips key tiles by a function of positions), compiled for sm_90a: ptxas must not
-    serialize their wgmma (C7510-C7520, "wgmma.mma_async instructions are serialized"). That happens, silently but
-    for an info line, when a wgmma or a write of its registers sits on a data-dependent branch, and it cost a
-    session-9 build 20-30 % everywhere (benchmarks/kernel_dev/NOTES.md). No spills either."""
+    """The Hopper path's own kernels at the tiles the tables give (plain and causal at d64, d128 and d256, and a
+    window of 256), compiled for sm_90a: ptxas must not serialize their wgmma (its C75xx lines "wgmma.mma_async
+    instructions are serialized"). That happens, silently but for an info line, when a wgmma or a write of its
+    registers sits on a data-dependent branch, and it cost a session-9 build 20-30 % everywhere
+    (benchmarks/kernel_dev/NOTES.md). No spills either."""
     variants = {"plain": Variant(), "causal": Variant(causal=True), "window": Variant(causal=True, window=256)}
     plans = [plan_for_variant(v, "h200", DType.bf16, d, name=f"h_{kind}_{d}", backend="sm90")
              for kind, v in variants.items() for d in ((64, 128, 256) if kind != "window" else (128,))]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 9's one device call (the device was lent once in many tries; each try costs device time), from the repo
+# Session 9's last device call (the device was lent twice in about ten tries; each try costs device time), from the repo
 # root with carry [".whl", ".dev/hopper"]:
 # 1. the cross_tile A/B: session-8 kernels (cur_*) against the stream (XT_*), prebuilt by hopper_build.py, each
 #    checked, four through the harness's whole verification, two under racecheck and synccheck (hopper_session.sh)
