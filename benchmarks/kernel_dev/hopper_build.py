@@ -95,6 +95,11 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # of gridDim.x pairs so that a group's K/V stay in L2 across its query blocks (ncu: all pairs read
              # 1.7x cuDNN's DRAM bytes at causal d128 N = 512).
              "LG": dict(options=dict(grid_groups=True)),
+             # Session 10: KS = the sm90 backend's key_terms_via_smem switch: a score function's key-only terms once
+             # per column and warpgroup (thread c computes column c while the tile's GEMMs run) through shared
+             # memory, where KC's lanes computed four columns each and shuffled them to the warp.
+             "KS": dict(options=dict(key_terms_via_smem=True)),
+             "KW": dict(options=dict(key_terms_via_smem=False)),  # KC's sharing by shuffles, beside KS
              "AF": dict(source_sub={
                  "const int k_row0 = n_block * BLOCK_N;":
                      "const int k_row0 = n_block * BLOCK_N;\n      const float k_row0f = (float)k_row0;",
@@ -111,7 +116,9 @@ RUN = ("cur",)  # the schedules built by default
 # small N: d64 with 128-key tiles, d128 with 64 (what fits twice in an SM's shared memory).
 SWEEP = {(64, True): ((128, 128, 2), (192, 64, 2), (64, 128, 2)), (64, False): ((128, 128, 2), (64, 128, 2)),
          (128, True): ((128, 96, 2), (128, 176, 2), (64, 64, 2)), (128, False): ((128, 128, 2), (64, 64, 2)),
-         (256, True): ((128, 64, 2),), (256, False): ((128, 64, 2),)}
+         (256, True): ((128, 64, 2), (128, 80, 2)), (256, False): ((128, 64, 2),)}
+# Session 10: causal d256 at 128x80 (O from registers: no chunk fits) against the table's 128x64 (two chunks through
+# TMA), for a choice by N (session 6: 128x64 +34 % at N = 512, -9 % at 16k).
 # Session 6: the variants suite's kernels (bf16 d128), at the tiles the production rules give them (None).
 VARIANTS = {"softcap30": Variant(softcap=30.0), "alibi": Variant(alibi=True), "window256": Variant(causal=True, window=256)}
 # Session 7: the mods suite's kernels (flashgen.harness.suite.MOD_SUITE, as `flashgen generate` builds them: the

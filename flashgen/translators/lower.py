@@ -804,12 +804,43 @@ class _Lowering:
         if p != want.p:
             raise self.fail(st.stmt, "the score chain multiplies S by scale more or less than once")
         poly = poly.drop("scale").scale_by(1.0 / want.k) if want.k != 1.0 else poly.drop("scale")
-        expr = self.hoist(poly)
+        rest, added = self.split_key_sum(poly)
+        expr = self.hoist(rest)
         c = self.compile(expr, "score", st.stmt)
+        terms = self.key_terms(expr, c, st.stmt)
+        if added is not None:
+            # the key-only sum as one parenthesized term, so that a backend shares it whole (one value a column) and
+            # each score pays one add for it (an FFMA with the scale's multiply); it is the score's last addend
+            term = f"({self.compile(self.hoist(added), 'score', st.stmt)})"
+            c, terms = (f"{c} + {term}" if rest.terms else term), (term, *terms)
         text = f"{st.stmt.target} = {format_expr(st.stmt.expr)}"
         return ScoreMod(name=f"TL line {_line(st.stmt)}: {text}", expr=c,
                         uses_positions=bool(expression_names(c) & {"qpos", "kpos", "diag"}),
-                        key_terms=self.key_terms(expr, c, st.stmt))
+                        key_terms=terms)
+
+    def split_key_sum(self, poly: Poly) -> tuple[Poly, Poly | None]:
+        """(the rest, the key-only addends) of a score function's normal form, where those addends read k_idx and
+        block constants alone and call an SFU function (`0.25 * cos(k_idx)` in `s + 0.25 * cos(k_idx)`): the same
+        for every row of a column. (poly, None) where there are none."""
+        from flashgen.operators import FUNCTIONS
+
+        invariant = self.invariant_names()
+
+        def key_only(f) -> bool:
+            atoms = [poly.atoms[k] for k, _ in f]
+            names = set().union(*(_names(a) for a in atoms)) if atoms else set()
+            return ("k_idx" in names and names <= invariant | {"k_idx"}
+                    and not any(ast.tensors_read(a) for a in atoms))
+
+        def calls_sfu(f) -> bool:
+            return any(isinstance(n, ast.Call) and FUNCTIONS[n.func].sfu
+                       for k, _ in f for n in ast.walk_expr(poly.atoms[k]))
+
+        added = {f: c for f, c in poly.terms.items() if key_only(f)}
+        if not any(calls_sfu(f) for f in added):
+            return poly, None
+        rest = {f: c for f, c in poly.terms.items() if f not in added}
+        return Poly(rest, dict(poly.atoms)), Poly(added, dict(poly.atoms))
 
     def key_terms(self, expr: Any, c: str, stmt: Any) -> tuple[str, ...]:
         """The C of each outermost call of an SFU function (flashgen.operators: cos, exp, ...) in `expr` whose
