@@ -152,13 +152,11 @@ def test_cli_score_mod_generates_checks_and_compiles(gpu, dtype, arch, tmp_path)
     assert "Compute S_r = S_r * scale\n" in tl and "Compute S_r = (S_r + 0.25 * cos(k_idx)) * log2e" in tl
     assert "(scale * log2e)" not in tl
     # its lowering: the fp32 score line of the kernel, with the TL line it came from; every path computes
-    # 0.25 * cos(k_idx), a function of the key alone, once per column (sm90: per warpgroup through shared memory;
-    # mma.sync: per warp, by shuffles) and adds the shared value per score, at its accumulator loop's slot (sm90: i
-    # over a wgmma fragment; mma.sync: nt and c)
+    # 0.25 * cos(k_idx), a function of the key alone, once per column and warp (by shuffles) and adds the shared
+    # value per score, at its accumulator loop's slot (sm90: i over a wgmma fragment; mma.sync: nt and c)
     slot = "(i >> 2) * 2 + (i & 1)" if arch == "sm_90" else "nt * 2 + (c & 1)"
     assert f"s = s + kt0[{slot}];" in cuda
-    shared = "dst[0 * BLOCK_N + col] = " if arch == "sm_90" else "mine[jj * 2 + c] = "
-    assert cuda.count("= (0.25f * cosf((float)kpos));") == 1 and f"{shared}(0.25f * cosf((float)kpos));" in cuda
+    assert cuda.count("= (0.25f * cosf((float)kpos));") == 1 and "mine[jj * 2 + c] = (0.25f * cosf((float)kpos));" in cuda
     assert "s *= 1.4426950408889634f" not in cuda  # log2 e goes into the exponent's FFMA (mult)
     assert "cos(k_idx)" in cuda
     assert meta["mods"] == {"score_mod": SCORE, "mask_mod": None, "params": [], "tiles": None}
@@ -415,42 +413,26 @@ def test_calls_on_the_key_position_alone_are_found_as_they_appear_in_the_c(score
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc not on PATH")
 def test_shared_key_terms_render_once_per_column_and_warp_and_compile():
     """share_key_terms (on by default: cos(k_idx) 3.7-4.6x faster on the H200, NOTES.md session 7): the sm90 kernel
-    evaluates each key-only term once per column, by default per warpgroup (thread c of the warpgroup computes column
-    c into shared memory while the tile's GEMMs run, a named barrier of the warpgroup, then each thread reads its
-    columns: key_terms_via_smem, NOTES.md session 10), else per warp (2 * KT_J columns per lane and shuffles); the
-    per-score expression reads kt<n>; with the switch off the kernel is as lowered. All compile for sm_90a without
-    spills, and the shared-memory ring is in the launch's shared memory."""
+    evaluates each key-only term (the sum of the key-only addends, then each key-only call in the rest) for 2 * KT_J
+    columns per lane and shuffles, the per-score expression reads kt<n>; with the switch off the kernel is as
+    lowered. Both compile for sm_90a without spills."""
     from flashgen.harness.compile import compile_cuda
     from flashgen.harness.suite import build_mask_kernel
     from flashgen.translators.backends.sm90 import kernel
 
     keywords = {"score_mod": "s * cos(k_idx + h) + exp(-k_idx / M)", "mask_mod": "k_idx < LEN[b]",
                 "tensors": {"LEN": "int32[B]:0..M"}}
-    one_term = {**keywords, "score_mod": "s + cos(k_idx + h) + exp(-k_idx / M)"}
     with kernel.schedule_overrides(share_key_terms=False):
-        plain_source, plain_manifest = build_mask_kernel("h200", "bf16", Variant(causal=True), 128, keywords)
-    with kernel.schedule_overrides(key_terms_via_smem=False):
-        warp_source, warp_manifest = build_mask_kernel("h200", "bf16", Variant(causal=True), 128, keywords)
-    two_terms, _ = build_mask_kernel("h200", "bf16", Variant(causal=True), 128, keywords)
-    source, manifest = build_mask_kernel("h200", "bf16", Variant(causal=True), 128, one_term)
+        plain_source, _ = build_mask_kernel("h200", "bf16", Variant(causal=True), 128, keywords)
+    source, manifest = build_mask_kernel("h200", "bf16", Variant(causal=True), 128, keywords)
     assert "cosf((float)(kpos + head))" in plain_source and "kt0" not in plain_source
-    # two terms (a factor and an addend): shuffled per warp, even by default (read into registers ahead of the
-    # scores, two spilled)
-    for text in (warp_source, two_terms):
-        assert text.count("__shfl_sync(0xffffffffu, mine") == 2 and "float kt1[BLOCK_N / 4];" in text
-        line = next(x for x in text.splitlines() if x.strip().startswith("s = s * kt1["))
-        assert "cosf" not in line and "expf" not in line and line.strip().startswith(
-            "s = s * kt1[(i >> 2) * 2 + (i & 1)] + kt0[(i >> 2) * 2 + (i & 1)];"), line
-    # one term (the addends' sum): through shared memory, one row of BLOCK_N floats per warpgroup and ring half
-    assert "__shfl_sync(0xffffffffu, mine" not in source and "constexpr int KEY_TERMS = 1;" in source
-    assert source.count("bar_sync(1 + CONSUMERS + cw, 128)") == 1 and "float kt0[BLOCK_N / 4];" in source
-    assert "dst[0 * BLOCK_N + col] = (cosf((float)(kpos + head)) + expf(" in source
-    assert "s = s + kt0[(i >> 2) * 2 + (i & 1)];" in source
-    assert manifest.launches[0].smem_bytes == plain_manifest.launches[0].smem_bytes + 2 * 2 * 128 * 4
-    assert warp_manifest.launches[0].smem_bytes == plain_manifest.launches[0].smem_bytes
+    assert source.count("__shfl_sync(0xffffffffu, mine") == 2 and "float kt1[BLOCK_N / 4];" in source
+    assert "mine[jj * 2 + c] = (expf(" in source and "mine[jj * 2 + c] = cosf((float)(kpos + head));" in source
+    line = next(x for x in source.splitlines() if x.strip().startswith("s = s * kt1["))
+    assert "cosf" not in line and "expf" not in line and line.strip().startswith(
+        "s = s * kt1[(i >> 2) * 2 + (i & 1)] + kt0[(i >> 2) * 2 + (i & 1)];"), line
     with pytest.raises(ValueError, match="unknown schedule switches"):
         with kernel.schedule_overrides(share_keys=True):
             pass
-    for name, text in (("shared_key_terms_warp.cu", two_terms), ("shared_key_terms_smem.cu", source)):
-        built = compile_cuda(text, "sm_90a", filename=name)
-        assert built.ok and not any(u.spills for u in built.kernels.values()), built.feedback_text()
+    built = compile_cuda(source, "sm_90a", filename="shared_key_terms.cu")
+    assert built.ok and not any(u.spills for u in built.kernels.values()), built.feedback_text()

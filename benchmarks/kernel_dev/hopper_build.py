@@ -95,11 +95,11 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # of gridDim.x pairs so that a group's K/V stay in L2 across its query blocks (ncu: all pairs read
              # 1.7x cuDNN's DRAM bytes at causal d128 N = 512).
              "LG": dict(options=dict(grid_groups=True)),
-             # Session 10: KS = the sm90 backend's key_terms_via_smem switch: a score function's key-only terms once
-             # per column and warpgroup (thread c computes column c while the tile's GEMMs run) through shared
-             # memory, where KC's lanes computed four columns each and shuffled them to the warp.
+             # Session 10 (measured 0-6 % slower than the shuffles, left out): KS = a score function's one key-only
+             # term once per column and warpgroup (thread c computes column c while the tile's GEMMs run) through
+             # shared memory, where KC's lanes compute four columns each and shuffle them to the warp. Needs
+             # `git apply benchmarks/kernel_dev/versions/sm90-s10-key-terms-smem.patch` (its key_terms_via_smem).
              "KS": dict(options=dict(key_terms_via_smem=True)),
-             "KW": dict(options=dict(key_terms_via_smem=False)),  # KC's sharing by shuffles, beside KS
              "AF": dict(source_sub={
                  "const int k_row0 = n_block * BLOCK_N;":
                      "const int k_row0 = n_block * BLOCK_N;\n      const float k_row0f = (float)k_row0;",

@@ -62,32 +62,17 @@ def chunks(head_dim: int) -> int:
     return -(-head_dim // 64)
 
 
-def smem_key_terms(plan: KernelPlan, options: dict | None = None) -> int:
-    """The key-only terms the kernel shares through shared memory (schedule's key_terms_via_smem): 0 where it
-    shares none that way."""
-    options = schedule(plan) if options is None else options
-    if not (options["share_key_terms"] and options["key_terms_via_smem"]):
-        return 0
-    terms = len(score_exprs(plan, "0", True)["key_terms"])
-    # one term only: two, read into registers ahead of the scores, spilled 48 B at causal d128 (the shuffles,
-    # which ptxas places near each use, do not)
-    return terms if terms == 1 else 0
-
-
-def smem_bytes(plan: KernelPlan, o_stage_chunks: int | None = None, key_terms: int | None = None) -> int:
+def smem_bytes(plan: KernelPlan, o_stage_chunks: int | None = None) -> int:
     """Q, STAGES x (K, V), O's staging tile when O leaves through TMA (`o_stage_chunks` of its 64-column chunks at
     a time, 0: stored from registers; default: as the plan renders), the barriers (Q full and empty; per stage K
-    and V full and empty), the key-only terms shared through shared memory (`key_terms` rows of BLOCK_N floats per
-    consumer warpgroup and ring half; default: as the plan renders), and slack to align the tiles to 1024 bytes.
-    Q's and K's rows are chunks(D) wide, V's and O's chunks(Dv)."""
+    and V full and empty), and slack to align the tiles to 1024 bytes. Q's and K's rows are chunks(D) wide, V's and
+    O's chunks(Dv)."""
     if o_stage_chunks is None:
         o_stage_chunks = schedule(plan)["o_stage_chunks"]
-    if key_terms is None:
-        key_terms = smem_key_terms(plan)
     chunk = 64 * plan.dtype.itemsize  # bytes of one row's 64-column chunk
     qk_rows, v_rows = plan.block_m + plan.stages * plan.block_n, plan.stages * plan.block_n
     return ((qk_rows * chunks(plan.head_dim) + v_rows * chunks(plan.dv)) * chunk + plan.block_m * o_stage_chunks * chunk
-            + 8 * (2 + 4 * plan.stages) + consumers(plan) * 2 * key_terms * plan.block_n * 4 + 1024)
+            + 8 * (2 + 4 * plan.stages) + 1024)
 
 
 def schedule(plan: KernelPlan) -> dict:
@@ -99,16 +84,13 @@ def schedule(plan: KernelPlan) -> dict:
     d256 128x64 two chunks at a time +28 % at N = 512 over the same tile from registers."""
     options = dict(o_via_tma=True, o_stage_chunks=chunks(plan.dv), o_chunked=True,  # O's chunks: Dv's
                    share_key_terms=True,  # score functions' key-only calls once per column and warp: cos(k_idx)
-                   key_terms_via_smem=True,  # ... once per column and warpgroup instead, through shared memory,
-                   # where there is one such term (smem_key_terms)
                    grid_groups=True)  # GROUP_HEADS = 0 in groups of gridDim.x pairs, so K/V stay in L2: causal
     # bf16 N = 512 d128 +13 %, d256 +8 %, d64 +2 %, d128 1k +7 %, window 256 +7-8 % (NOTES.md, session 8)
     # 85-131 -> 394-484 TF/s at N = 512..16k on the H200 (NOTES.md, session 7)
     options.update(_SCHEDULE_OVERRIDES)
-    terms = smem_key_terms(plan, options)
     fits = [c for c in range(options["o_stage_chunks"], 0, -1)
             if (c == chunks(plan.dv) or options["o_chunked"])
-            and smem_bytes(plan, c, terms) <= cta_smem_limit(plan)]
+            and smem_bytes(plan, c) <= cta_smem_limit(plan)]
     if not options["o_via_tma"] or not fits:
         options.update(o_via_tma=False, o_stage_chunks=0)
     else:
@@ -125,9 +107,8 @@ _SCHEDULE_OVERRIDES: dict = {}
 @contextmanager
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
-    share_key_terms, key_terms_via_smem, grid_groups) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
-    unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "key_terms_via_smem",
-                              "grid_groups"}
+    share_key_terms, grid_groups) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
+    unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "grid_groups"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)
@@ -195,7 +176,6 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
     n_consumers = consumers(plan)
     softmax = plan.norm.kind is NormKind.softmax
     options = schedule(plan)
-    options["key_terms_via_smem"] = smem_key_terms(plan, options) > 0
     # the score loop's i: column 8 (i >> 2) + 2t + (i & 1)
     shared_terms = score_exprs(plan, "(i >> 2) * 2 + (i & 1)", options.pop("share_key_terms"))
     context = dict(
@@ -211,8 +191,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         name=plan.name, arch=plan.target.feature_arch or "sm_90a", dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
         head_dim_v=plan.head_dim_v,
         launches=[Launch(kernel=plan.name, grid=(grid_x(plan), "1", "1"), threads=threads(plan),
-                         smem_bytes=smem_bytes(plan, options["o_stage_chunks"],
-                                               1 if options["key_terms_via_smem"] else 0))],
+                         smem_bytes=smem_bytes(plan, options["o_stage_chunks"]))],
         # every tile parameter of the plan, as the other paths record them: Q_IN_REGS is the tile table's 1, which
         # this path ignores (wgmma reads Q from shared memory), recorded so that the record matches the table's
         # choice and meta.json can say where the parameters came from
