@@ -232,6 +232,76 @@ nvcc fatal   : Unknown option '-bogus'
     assert "Undefined reference" in errs[6].message and errs[7].message == "Unknown option '-bogus'"
 
 
+# ptxas -v for an sm_90a kernel whose wgmma ptxas serialized (nvcc 13.0; session 10's h_causal_128 with one P V
+# issued on a data-dependent branch): the serialization is an info line among the resource report.
+SERIALIZED_LOG = """ptxas info    : (C7519) warpgroup.arrive is injected in around line 2453 by compiler to allow use of registers in GMMA in function 'h_causal_128'
+ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline stage in the function 'h_causal_128'
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'h_causal_128' for 'sm_90a'
+ptxas info    : Function properties for h_causal_128
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, used 16 barriers
+ptxas info    : Compile time = 506.590 ms
+"""
+C7520 = ("ptxas info    : (C7520) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+         "program dependence on compiler-inserted WG.AR in divergent path in the function 'fg_xxx'")
+
+
+def test_a_serialized_wgmma_info_line_is_a_ptxas_warning():
+    (err,) = parse_diagnostics(C7520)
+    assert (err.tool, err.severity, err.code, err.file, err.line) == ("ptxas", "warning", "C7520", None, None)
+    assert err.message == ("Potential Performance Loss: wgmma.mma_async instructions are serialized due to program "
+                           "dependence on compiler-inserted WG.AR in divergent path in the function 'fg_xxx'")
+    # the wording and the code vary; the match is on the content, in any case
+    (other,) = parse_diagnostics("ptxas info    : (C7510) WGMMA.MMA_ASYNC instructions are Serialized in 'k'")
+    assert (other.severity, other.code) == ("warning", "C7510")
+    (uncoded,) = parse_diagnostics("ptxas info    : wgmma serialization in the function 'k'")
+    assert uncoded.code is None and uncoded.message == "wgmma serialization in the function 'k'"
+
+
+def test_other_ptxas_info_lines_are_ignored():
+    harmless = """ptxas info    : (C7519) warpgroup.arrive is injected in around line 2445 by compiler to allow use of registers in GMMA in function 'h_causal_128'
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'h_causal_128' for 'sm_90a'
+ptxas info    : Function properties for h_causal_128
+    16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 168 registers, used 16 barriers, 400 bytes cmem[0]
+ptxas info    : Function properties for _Z6helperv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compile time = 523.479 ms
+"""
+    assert parse_diagnostics(harmless) == []
+    for line in harmless.splitlines():
+        assert parse_diagnostics(line) == [], line
+
+
+def test_a_full_ptxas_log_with_serialized_wgmma_yields_one_warning():
+    (err,) = parse_diagnostics(SERIALIZED_LOG)
+    assert (err.tool, err.severity, err.code) == ("ptxas", "warning", "C7514")
+    assert err.message.startswith("Potential Performance Loss: wgmma.mma_async instructions are serialized due to")
+    assert err.message.endswith("in the function 'h_causal_128'")
+    usage = parse_resource_report(SERIALIZED_LOG)["h_causal_128"]  # the resource report still reads the same
+    assert (usage.registers, usage.barriers, usage.is_entry, usage.spills) == (168, 16, True, False)
+    # after a front-end warning (its block ends at the first ptxas line), among other diagnostics, in order
+    log = ('kernel.cu(3): warning #177-D: variable "x" was declared but never referenced\n' + C7520 + "\n"
+           + SERIALIZED_LOG + "ptxas warning : (C7515) Potential Performance Loss: wgmma.mma_async instructions "
+           "are serialized\n")
+    errs = parse_diagnostics(log)
+    assert [(e.tool, e.severity, e.code) for e in errs] == [
+        ("nvcc", "warning", "177-D"), ("ptxas", "warning", "C7520"), ("ptxas", "warning", "C7514"),
+        ("ptxas", "warning", "C7515")]
+    assert errs[0].message == 'variable "x" was declared but never referenced'
+
+
+def test_a_serialized_wgmma_warning_reaches_the_feedback():
+    kernel = parse_resource_report(SERIALIZED_LOG)["h_causal_128"]
+    warnings = parse_diagnostics(SERIALIZED_LOG)
+    text = CompileResult(ok=True, arch="sm_90a", kernels={"h_causal_128": kernel}, warnings=warnings).feedback_text()
+    assert text.splitlines()[0].startswith("h_causal_128 (sm_90a): 168 registers")
+    assert "ptxas: warning [C7514]: Potential Performance Loss: wgmma.mma_async instructions are serialized" in text
+    assert "C7519" not in text and "warpgroup.arrive" not in text
+
+
 def test_feedback_text_is_bounded():
     errors = [CompileError(file="kernel.cu", line=n, message="x" * 150, excerpt=f"> {n} | code") for n in range(1, 60)]
     text = CompileResult(ok=False, arch="sm_80", errors=errors).feedback_text(max_chars=1000)

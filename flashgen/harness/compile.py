@@ -61,7 +61,8 @@ from flashgen.targets import TARGETS, gencode_flags
 __all__ = ["ARCH_FLAGS", "CompileError", "CompileResult", "CompilerNotFound", "ResourceUsage", "compile_cuda",
            "default_cache_dir", "include_dirs", "nvcc_version"]
 
-CACHE_FORMAT = 2  # 2: scrubbed logs and the file checks (entries of format 1 may hold host paths)
+CACHE_FORMAT = 3  # 2: scrubbed logs and the file checks (entries of format 1 may hold host paths); 3: ptxas's
+# serialized-wgmma info line among the warnings (entries of format 2 were parsed without it)
 LOG_LIMIT = 4096
 MESSAGE_LIMIT = 600
 MAX_DIAGNOSTICS = 40

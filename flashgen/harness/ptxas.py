@@ -6,6 +6,11 @@ Formats handled (nvcc 11..13):
               optional continuation lines, the source line and a caret line under the column;
 - host compiler style `FILE:LINE:COL: error: MSG`;
 - ptxas:      `ptxas FILE.ptx, line N; error   : MSG`, `ptxas fatal   : MSG`, `ptxas warning : MSG`;
+- ptxas info lines that say wgmma is serialized, e.g. `ptxas info    : (C7520) Potential Performance Loss:
+              wgmma.mma_async instructions are serialized due to ... in the function 'NAME'` (C7510..C7520):
+              a warning with the line's code (the kernel runs 20-30 % slower). Every other info line is ignored:
+              the resource report (parse_resource_report reads it), `(C7519) warpgroup.arrive is injected ...`
+              (every sm_90a wgmma kernel has it), compile times;
 - nvlink:     `nvlink error   : MSG`, `nvlink fatal   : MSG`;
 - the driver: `nvcc fatal   : MSG`, `nvcc error   : MSG`.
 """
@@ -135,6 +140,7 @@ _HOST = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?P<col>\d+): (?P<sev>
 _TOOL = re.compile(r"^(?P<tool>ptxas|nvlink|nvcc)(?: (?P<file>[^,]+), line (?P<line>\d+);)? ?"
                    r"(?P<sev>error|fatal|warning)\s*: (?P<msg>.*)$")
 _PTXAS_CODE = re.compile(r"^\((?P<code>C\d+)\)\s*(?P<msg>.*)$")
+_PTXAS_INFO = re.compile(r"^ptxas(?: (?P<file>[^,]+), line (?P<line>\d+);)? ?info\s*: (?P<msg>.*)$")
 _CARET = re.compile(r"^\s*\^\s*$")
 
 
@@ -163,25 +169,39 @@ def parse_diagnostics(log: str, sources: dict[str, str] | None = None) -> list[C
         if m := _HOST.match(line):
             sev = "error" if "error" in m["sev"] else "warning"
             out.append(_located("host", m["file"], int(m["line"]), int(m["col"]), sev, None, m["msg"], sources))
-        elif m := _TOOL.match(line):
-            sev = m["sev"]
+        elif (m := _TOOL.match(line)) or (m := _PTXAS_INFO.match(line)):
+            tool = m.groupdict().get("tool", "ptxas")
+            sev = m.groupdict().get("sev", "info")
             msg, code = m["msg"].strip(), None
             if c := _PTXAS_CODE.match(msg):
                 code, msg = c["code"], c["msg"]
-            if m["tool"] == "ptxas" and sev == "fatal" and msg.startswith("Ptx assembly aborted"):
+            if sev == "info":
+                if not serialized_wgmma(msg):
+                    i += 1  # resource report, injected warpgroup.arrive, compile time: not a diagnostic
+                    continue
+                sev = "warning"  # a silent 20-30 % slowdown: reported like a ptxas warning
+            if tool == "ptxas" and sev == "fatal" and msg.startswith("Ptx assembly aborted"):
                 i += 1  # a summary of the errors above it
                 continue
             file = m["file"]
             if file is not None:
                 file = file.rsplit("/", 1)[-1]
-            out.append(CompileError(tool=m["tool"], file=file, line=int(m["line"]) if m["line"] else None,
+            out.append(CompileError(tool=tool, file=file, line=int(m["line"]) if m["line"] else None,
                                     severity=sev, code=code, message=msg))
         i += 1
     return out
 
 
+def serialized_wgmma(message: str) -> bool:
+    """Whether a ptxas info message says the kernel's wgmma are serialized (the one kind of info line reported;
+    its wording and code vary: C7510..C7520, "wgmma.mma_async instructions are serialized due to ...")."""
+    text = message.lower()
+    return "wgmma" in text and "serializ" in text
+
+
 def _starts_diagnostic(line: str) -> bool:
     return bool(_FRONTEND.match(line) or _END_OF_SOURCE.match(line) or _HOST.match(line) or _TOOL.match(line)
+                or _PTXAS_INFO.match(line)
                 or line.startswith("Remark: ") or re.match(r"^\d+ errors? detected", line))
 
 
