@@ -87,6 +87,18 @@ def test_replies_without_code_get_a_bounded_number_of_repairs(tmp_path):
         "truncated" in provider.requests[2].messages[-1].content
 
 
+def test_a_slow_kernel_s_compiler_warnings_reach_the_speed_repair(tmp_path):
+    """A kernel that builds with a ptxas warning (serialized wgmma: 20-30 % on a Hopper kernel, and no error) is
+    correct but slow; the speed repair shows the model the warning, and a clean build's shows none."""
+    replies = [SKETCH, FULL, cuda_reply("SERIALIZED_WGMMA;", time_ms=3.0), fenced("tl", full_tl(PARAMS[1])),
+               cuda_reply(time_ms=2.0), fenced("tl", full_tl(PARAMS[2])), cuda_reply(time_ms=2.5)]
+    _, provider, _ = run(replies, tmp_path, gpu=True, budget=Budget(max_iters=7))
+    slow = [r.messages[-1].content for r in provider.requests if r.stage == "repair_slow"]
+    assert len(slow) >= 2
+    assert "Compiler warnings on this build" in slow[0] and "[C7520]" in slow[0] and "serialized" in slow[0]
+    assert "Compiler warnings" not in slow[1]
+
+
 def test_budget_exhausted_keeps_the_fastest_correct_kernel(tmp_path):
     # correct but slower than the baseline (1 ms): timing feedback, new parameters, until the budget ends
     replies = [SKETCH, FULL, cuda_reply(time_ms=3.0), fenced("tl", full_tl(PARAMS[1])), cuda_reply(time_ms=2.0),

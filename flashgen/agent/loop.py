@@ -501,7 +501,7 @@ class Loop:
         self._repair("params", "repair_slow", goal=goal_text,
                      timings=f"{timing.time_ms:.4g} ms ({timing.tflops or 0:.1f} TFLOP/s) at {timing.shape}",
                      roofline=("n/a" if timing.roofline_percent is None else f"{timing.roofline_percent:.0f}% of the bound"),
-                     resources=build.resources, baseline=baseline)
+                     resources=build.resources, warnings=build.warnings, baseline=baseline)
 
     def _scale(self) -> dict[str, float]:
         """The caller's softmax scale for the CPU check, verification and timing (nothing: they use 1/sqrt(D))."""

@@ -47,6 +47,8 @@ class Build(BaseModel):
     ok: bool
     feedback: str = ""
     resources: dict[str, Any] = Field(default_factory=dict, description="per entry: registers, smem, spills")
+    warnings: list[str] = Field(default_factory=list, description="ptxas's warnings on a build that succeeded (one "
+                                "line each), e.g. wgmma serialized, which costs a Hopper kernel 20-30 %")
     toolchain: str = ""
     handle: Any = Field(default=None, exclude=True, description="what the harness needs to load the binary")
 
@@ -354,7 +356,8 @@ class Environment:
         resources = {name: usage.model_dump(include={"registers", "shared_static_bytes", "spill_store_bytes",
                                                      "spill_load_bytes", "stack_frame_bytes"})
                      for name, usage in sorted(result.kernels.items())}
-        return Build(ok=True, resources=resources, toolchain=_nvcc_release(result.nvcc_version), handle=result)
+        return Build(ok=True, resources=resources, toolchain=_nvcc_release(result.nvcc_version), handle=result,
+                     warnings=[str(w) for w in result.warnings if w.tool == "ptxas"])
 
     @staticmethod
     def _static_problems(source: str, manifest: KernelManifest) -> list[str]:

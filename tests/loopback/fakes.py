@@ -1,5 +1,5 @@
 """Fakes of the layers around the agent, for CPU tests of the loop: TL and CUDA are small texts whose
-markers decide what each check says (SYNTAX_ERROR, WRONG_MASK, COMPILE_ERROR, WRONG_KERNEL, TIME=ms)."""
+markers decide what each check says (SYNTAX_ERROR, WRONG_MASK, COMPILE_ERROR, SERIALIZED_WGMMA, WRONG_KERNEL, TIME=ms)."""
 
 from __future__ import annotations
 
@@ -89,9 +89,11 @@ class FakeEnvironment(Environment):
         self.calls.append("build")
         if "COMPILE_ERROR" in source:
             return Build(ok=False, feedback='kernel.cu(3): error: identifier "COMPILE_ERROR" is undefined')
+        warnings = (["ptxas: warning [C7520]: Potential Performance Loss: wgmma.mma_async instructions are serialized "
+                     "due to the presence of Extern calls in the function 'fg_attn'"] if "SERIALIZED_WGMMA" in source else [])
         return Build(ok=True, resources={"fg_attn": {"registers": 96, "shared_static_bytes": 0, "spill_store_bytes": 0,
                                                      "spill_load_bytes": 0, "stack_frame_bytes": 0}},
-                     toolchain="nvcc fake")
+                     toolchain="nvcc fake", warnings=warnings)
 
     def gpu_available(self) -> bool:
         return self.gpu
