@@ -19,9 +19,9 @@ from flashgen.abi import KernelManifest, Launch
 from flashgen.errors import UsageError
 from flashgen.targets import Target, resolve_target
 from flashgen.translators.backends import Backend, backend_for, get_backend
-from flashgen.translators.backends.base import BACKENDS_DIR, SHARED_INCLUDE, SHARED_TEMPLATES, tiles_bytes
+from flashgen.translators.backends.base import BACKENDS_DIR, SHARED_INCLUDE, SHARED_TEMPLATES, score_units, tiles_bytes
 from flashgen.translators.backends.headers import inline_headers
-from flashgen.translators.plan import KernelPlan, NormKind, check_expressions
+from flashgen.translators.plan import KernelPlan, check_expressions
 from flashgen.variant import DType
 
 TEMPLATES = SHARED_TEMPLATES
@@ -102,9 +102,7 @@ def render(plan: KernelPlan, *, inline: bool = True) -> tuple[str, KernelManifes
     split = plan.variant.split_kv
     context = dict(
         plan=plan, ns=f"{plan.name}_cfg", split=split, reverse_m=plan.variant.causal,
-        softmax=plan.norm.kind is NormKind.softmax,
-        raw_scores=plan.norm.kind is NormKind.softmax and not plan.score_mods,
-        **backend.context(plan),
+        **score_units(plan), **backend.context(plan),
     )
     source = _environment().get_template(backend.template(plan)).render(**context)
     if inline:

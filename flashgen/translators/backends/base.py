@@ -87,6 +87,18 @@ def score_exprs(plan: KernelPlan, term_slot: str, share_key_terms: bool = True) 
     return dict(score_exprs=exprs, key_terms=terms)
 
 
+def score_units(plan: KernelPlan) -> dict:
+    """How a template turns a score into the softmax's log2 units, decided once for every path: `softmax`;
+    `raw_scores`, no score function (a stored score is multiplied by scale * log2 e in each exponent's FFMA);
+    `log2e_in_exponent`, score functions whose output (natural units) takes log2 e in that FFMA rather than in a
+    multiply of each score (ALiBi +2-5 %, `s + 0.25 * cos(k_idx)` with its shared term +2-5 % on the H200). Softcap
+    keeps the multiply: bound by the SFU, it measured 2-7 % slower with the fold, in two runs (NOTES.md, session 10)."""
+    softmax = plan.norm.kind is NormKind.softmax
+    raw = softmax and not plan.score_mods
+    return dict(softmax=softmax, raw_scores=raw,
+                log2e_in_exponent=softmax and not raw and plan.variant.softcap is None)
+
+
 class SearchSpace(BaseModel):
     """The tile parameters `flashgen tune` screens (flashgen.translators.search), one tuple per key."""
 

@@ -16,10 +16,10 @@ import jinja2
 
 from flashgen.abi import KernelManifest, Launch, TensorMapSpec
 from flashgen.errors import UsageError
-from flashgen.translators.backends.base import SHARED_TEMPLATES, score_exprs
+from flashgen.translators.backends.base import SHARED_TEMPLATES, score_exprs, score_units
 from flashgen.translators.backends.headers import inline_headers
 from flashgen.translators.backends.sm90.wgmma import wrappers
-from flashgen.translators.plan import KernelPlan, NormKind, padded_head_dim
+from flashgen.translators.plan import KernelPlan, padded_head_dim
 from flashgen.variant import DType, head_dims_tag
 
 HERE = Path(__file__).parent
@@ -174,7 +174,6 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
     """CUDA source and manifest of the Hopper kernel for a plan that flashgen.translators.render.validate_plan
     (and so `validate`) accepted: call it through flashgen.translators.render.render."""
     n_consumers = consumers(plan)
-    softmax = plan.norm.kind is NormKind.softmax
     options = schedule(plan)
     # the score loop's i: column 8 (i >> 2) + 2t + (i & 1)
     shared_terms = score_exprs(plan, "(i >> 2) * 2 + (i & 1)", options.pop("share_key_terms"))
@@ -182,7 +181,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         **options, plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
         chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
         producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers], ctas_per_sm=ctas_per_sm(plan),
-        reverse_m=plan.variant.causal, softmax=softmax, raw_scores=softmax and not plan.score_mods,
+        reverse_m=plan.variant.causal, **score_units(plan),
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
         **v_names(plan), **shared_terms,
     )
