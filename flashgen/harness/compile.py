@@ -116,6 +116,11 @@ class CompileResult(BaseModel):
             raise FlashgenError(f"compile for {self.arch} failed: no cubin")
         return Path(self.cubin_path).read_bytes()
 
+    @property
+    def ptxas_warnings(self) -> list[str]:
+        """ptxas's warnings (a serialized wgmma among them), one line each: what a model is shown of a build."""
+        return [str(w) for w in self.warnings if w.tool == "ptxas"]
+
     def feedback_text(self, max_chars: int = 2000) -> str:
         """The errors (or, when it compiled, the resource summary) compactly, for a model to act on."""
         if self.timed_out:
@@ -131,7 +136,7 @@ class CompileResult(BaseModel):
                          if usage.spills else "")
                 parts.append(f"{name} ({self.arch}): {usage.registers} registers, {usage.shared_static_bytes} B static "
                              f"smem, {usage.stack_frame_bytes} B stack{spill}")
-            parts += [str(w) for w in self.warnings if w.tool == "ptxas"]
+            parts += self.ptxas_warnings
         return join_lines_capped(parts, max_chars)
 
 

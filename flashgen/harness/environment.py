@@ -357,7 +357,7 @@ class Environment:
                                                      "spill_load_bytes", "stack_frame_bytes"})
                      for name, usage in sorted(result.kernels.items())}
         return Build(ok=True, resources=resources, toolchain=_nvcc_release(result.nvcc_version), handle=result,
-                     warnings=[str(w) for w in result.warnings if w.tool == "ptxas"])
+                     warnings=result.ptxas_warnings)
 
     @staticmethod
     def _static_problems(source: str, manifest: KernelManifest) -> list[str]:

@@ -118,6 +118,12 @@ def _bin(op: str, a: Any, b: Any) -> ast.Binary:
     return ast.Binary(op=op, left=a, right=b)
 
 
+def _reads_key_alone(expr: Any, invariant: set[str], needs_key: bool = True) -> bool:
+    """Whether `expr` reads k_idx (where `needs_key`) and block constants alone, no tensor: one value a key column."""
+    names = _names(expr)
+    return (not needs_key or "k_idx" in names) and names <= invariant | {"k_idx"} and not ast.tensors_read(expr)
+
+
 def _names(expr: Any) -> set[str]:
     return set(ast.expr_names(expr))
 
@@ -828,9 +834,8 @@ class _Lowering:
 
         def key_only(f) -> bool:
             atoms = [poly.atoms[k] for k, _ in f]
-            names = set().union(*(_names(a) for a in atoms)) if atoms else set()
-            return ("k_idx" in names and names <= invariant | {"k_idx"}
-                    and not any(ast.tensors_read(a) for a in atoms))
+            return bool(atoms) and all(_reads_key_alone(a, invariant, needs_key=False) for a in atoms) \
+                and any("k_idx" in _names(a) for a in atoms)
 
         def calls_sfu(f) -> bool:
             return any(isinstance(n, ast.Call) and FUNCTIONS[n.func].sfu
@@ -853,9 +858,7 @@ class _Lowering:
 
         def walk(e: Any) -> None:
             if isinstance(e, ast.Call):
-                names = _names(e)
-                if (FUNCTIONS[e.func].sfu and "k_idx" in names and names <= invariant | {"k_idx"}
-                        and not ast.tensors_read(e)):
+                if FUNCTIONS[e.func].sfu and _reads_key_alone(e, invariant):
                     term = self.compile(e, "score", stmt)
                     if term in c and term not in found:
                         found.append(term)
