@@ -15,14 +15,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from flashgen.abi import ABI_HEADER, Launch  # noqa: E402
 from flashgen.harness.suite import MOD_SUITE, build_mask_kernel  # noqa: E402
 from flashgen.targets import get_target  # noqa: E402
+from flashgen.translators.backends import get_backend  # noqa: E402
 from flashgen.translators.render import render  # noqa: E402
 from flashgen.translators.rules import plan_for_variant  # noqa: E402
 from flashgen.variant import DType, Variant  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-# The production tiles (flashgen/translators/backends/sm90/__init__.py's measured table, session 6).
-TILES = {(64, False): (192, 128, 2), (64, True): (192, 128, 2), (128, False): (128, 128, 2), (128, True): (128, 128, 2),
-         (256, False): (128, 80, 2), (256, True): (128, 64, 2)}
+# The production tiles: the sm90 backend's measured table (flashgen/translators/backends/sm90/__init__.py), bf16.
+TILES = {(d, order == "causal"): (t["BLOCK_M"], t["BLOCK_N"], t["STAGES"])
+         for (arch, dt, d, order), t in get_backend("sm90").measured.items() if dt == "bf16"}
 # 2^x without the SFU, for the E4/E2 schedules: x = n + f with n = round(x) (adding 1.5 * 2^23 leaves n in the low
 # mantissa bits, so the float's bits shifted left by 23 are n << 23), 2^f on [-0.5, 0.5] by its degree-5 Taylor
 # polynomial (relative error < 6e-6 over [-126, 0], g++ against exp2), n added to the exponent field; exactly 0 below -126 (and for -inf, a masked
@@ -100,6 +101,11 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # shared memory, where KC's lanes compute four columns each and shuffle them to the warp. Needs
              # `git apply benchmarks/kernel_dev/versions/sm90-s10-key-terms-smem.patch` (its key_terms_via_smem).
              "KS": dict(options=dict(key_terms_via_smem=True)),
+             # Session 11: SN = the sm90 backend's snake_rounds switch (now the default; NS = off): odd rounds of the
+             # persistent walk take the round's tiles in reverse CTA order, so that causal rows' lengths even out
+             # over a CTA's rounds.
+             "SN": dict(options=dict(snake_rounds=True)),
+             "NS": dict(options=dict(snake_rounds=False)),
              "AF": dict(source_sub={
                  "const int k_row0 = n_block * BLOCK_N;":
                      "const int k_row0 = n_block * BLOCK_N;\n      const float k_row0f = (float)k_row0;",
@@ -147,7 +153,7 @@ def configs():
             yield entry(sched, d, causal, tiles)
     for (d, causal), sweep in SWEEP.items():
         for tiles in sweep:
-            for sched in ("cur", "T1", "Tc"):
+            for sched in ("cur", "T1", "Tc", "SN"):
                 yield entry(sched, d, causal, tiles)
 
 

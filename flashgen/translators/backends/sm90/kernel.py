@@ -84,6 +84,10 @@ def schedule(plan: KernelPlan) -> dict:
     d256 128x64 two chunks at a time +28 % at N = 512 over the same tile from registers."""
     options = dict(o_via_tma=True, o_stage_chunks=chunks(plan.dv), o_chunked=True,  # O's chunks: Dv's
                    share_key_terms=True,  # score functions' key-only calls once per column and warp: cos(k_idx)
+                   # odd rounds of the persistent walk in reverse CTA order (fg::block::round_tile): causal bf16
+                   # d256 +7 / +8 / +9 % at N = 2k / 4k / 16k, d128 +6 % at 16k, d64 +1.5 %, plain and window 256
+                   # level (NOTES.md, session 11)
+                   snake_rounds=True,
                    grid_groups=True)  # GROUP_HEADS = 0 in groups of gridDim.x pairs, so K/V stay in L2: causal
     # bf16 N = 512 d128 +13 %, d256 +8 %, d64 +2 %, d128 1k +7 %, window 256 +7-8 % (NOTES.md, session 8)
     # 85-131 -> 394-484 TF/s at N = 512..16k on the H200 (NOTES.md, session 7)
@@ -107,8 +111,9 @@ _SCHEDULE_OVERRIDES: dict = {}
 @contextmanager
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
-    share_key_terms, grid_groups) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
-    unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "grid_groups"}
+    share_key_terms, grid_groups, snake_rounds) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
+    unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "grid_groups",
+                              "snake_rounds"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)

@@ -2,8 +2,8 @@
 // d128, sm_90, Hopper path). BLOCK_M=128 BLOCK_N=128
 // STAGES=2 CONSUMERS=2 GROUP_HEADS=1, O through shared memory and TMA stores.
 // Persistent and warp-specialized: a grid of at most one CTA per SM walks the work tiles (query block, head, batch)
-// in tile_coords' order, tile += gridDim.x. Warpgroup 0 is the producer: one thread issues the TMA loads of each
-// tile's Q and of its K, V tiles into a ring of STAGES shared-memory stages, and runs on into the next work tile as
+// in tile_coords' order, gridDim.x tiles a round (round_tile, odd rounds in reverse).
+// Warpgroup 0 is the producer: one thread issues the TMA loads of each tile's Q and of its K, V tiles into a ring of STAGES shared-memory stages, and runs on into the next work tile as
 // soon as the consumers release Q and the stages, so that tile's loads fly while the consumers finish this one and
 // write O. Warpgroups 1..CONSUMERS each own 64 query rows and run S = Q K^T (wgmma, both operands in shared
 // memory), the online softmax on the accumulator layout, and O += P V (wgmma, P from registers).
@@ -252,6 +252,19 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
 }
 }  // namespace warpgroup
 
+namespace block {
+// A persistent grid's walk: the work tile a CTA takes in its `round`-th round of gridDim.x tiles. Plain: tile
+// blockIdx.x + round * gridDim.x. SNAKE: odd rounds run the CTAs in reverse, so that the CTA given one round's
+// longest tile (the order puts long causal rows first) is given the next round's shortest, and the CTAs' sums of
+// causal row lengths stay level where in the plain walk CTA 0 gets the longest of every round (a model of the
+// static schedule: 6 % over the mean at causal d128 4k-16k, 12 % at d256; NOTES.md, session 11).
+template <bool SNAKE>
+__device__ __forceinline__ int round_tile(int round) {
+  const int cta = SNAKE && (round & 1) ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
+  return round * (int)gridDim.x + cta;
+}
+}  // namespace block
+
 }  // namespace fg
 
 #endif  // FG_INLINED_FLASHGEN_SM90_CUH
@@ -286,6 +299,7 @@ constexpr int STAGES = 2;
 constexpr int CONSUMERS = 2;
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int GROUP_HEADS = 1;
+constexpr bool SNAKE_ROUNDS = true;  // the walk's order (round_tile)
 constexpr int Q_CHUNK_ELEMS = BLOCK_M * 64;    // one 64-column chunk of the Q tile, rows contiguous at 128 B
 constexpr int KV_CHUNK_ELEMS = BLOCK_N * 64;
 constexpr int Q_TILE_ELEMS = CHUNKS * Q_CHUNK_ELEMS;
@@ -332,6 +346,7 @@ fg_attn_fwd_plain_bf16_d128_sm_90(const FlashgenAttnParams p, const __grid_const
   const int heads = p.heads, batch = p.batch, seqlen_q = p.seqlen_q, seqlen_k = p.seqlen_k;
   const int diag = seqlen_k - seqlen_q;
   const int m_tiles = (seqlen_q + BLOCK_M - 1) / BLOCK_M, tiles = m_tiles * heads * batch;
+  const int rounds = (tiles + (int)gridDim.x - 1) / (int)gridDim.x;  // of the persistent walk (round_tile)
   (void)diag;
   // Work tile -> coordinates and key-tile range, the same in every role (GROUP_HEADS pairs at a time).
   auto work_tile = [&](int tile) {
@@ -364,7 +379,9 @@ fg_attn_fwd_plain_bf16_d128_sm_90(const FlashgenAttnParams p, const __grid_const
       fg::tma::prefetch_map(&maps.v);
       // `it` counts key tiles over all of this CTA's work tiles (the ring's position), `q_round` its Q loads.
       int it = 0, q_round = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      for (int round = 0; round < rounds; ++round) {
+        const int tile = fg::block::round_tile<SNAKE_ROUNDS>(round);
+        if (tile >= tiles) continue;
         const WorkTile w = work_tile(tile);
         if (w.n_end <= w.n_begin) continue;
         // Q is free once every consumer warp has finished the S GEMMs of the last tile (a second Q buffer, so
@@ -444,7 +461,9 @@ fg_attn_fwd_plain_bf16_d128_sm_90(const FlashgenAttnParams p, const __grid_const
   };
 
   int it = 0, q_round = 0;  // as the producer counts them
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  for (int round = 0; round < rounds; ++round) {
+    const int tile = fg::block::round_tile<SNAKE_ROUNDS>(round);
+    if (tile >= tiles) continue;
     const WorkTile w = work_tile(tile);
     const int head = w.head, b = w.b, m_block = w.m_block, n_begin = w.n_begin, n_end = w.n_end;
     const int q_row0 = m_block * BLOCK_M;
