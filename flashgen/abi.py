@@ -43,15 +43,6 @@ MOD_TENSOR_SIZES = ("B", "H", "KVH", "N", "M", "D")
 DEFAULT_FILL = {"int32": ("0", "M"), "fp32": ("0", "1")}
 
 
-class Launch(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    kernel: str = Field(description="entry symbol, extern \"C\"")
-    grid: tuple[str, str, str] = Field(description="expressions over B,H,KVH,N,M,D,SPLITS,SMS; cdiv(a,b), min, max allowed")
-    threads: int = Field(ge=32, le=1024)
-    smem_bytes: int = Field(default=0, ge=0, description="dynamic shared memory")
-
-
 class TensorMapSpec(BaseModel):
     """One TMA tensor map a Hopper kernel takes (FlashgenTensorMaps in flashgen_abi.cuh). The harness encodes it
     over the tensor's (D, rows, heads, batch) axes with the tensor's own strides: boxes of `box_cols` head-dim
@@ -62,6 +53,41 @@ class TensorMapSpec(BaseModel):
     box_rows: int = Field(ge=1, le=256)
     box_cols: int = Field(default=64, ge=8, le=256, description="elements; box_cols * itemsize <= swizzle_bytes")
     swizzle_bytes: Literal[128] = 128
+
+
+class Launch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kernel: str = Field(description="entry symbol, extern \"C\"")
+    grid: tuple[str, str, str] = Field(description="expressions over B,H,KVH,N,M,D,SPLITS,SMS; cdiv(a,b), min, max allowed")
+    threads: int = Field(ge=32, le=1024)
+    smem_bytes: int = Field(default=0, ge=0, description="dynamic shared memory")
+    when: str | None = Field(
+        default=None, description="launched only at sizes where this holds: comparisons of size expressions "
+        "joined by 'and', e.g. 'N <= 1024' (a kernel with tiles per sequence length); null: always")
+    tensor_maps: list[TensorMapSpec] | None = Field(
+        default=None, description="this launch's own TMA tensor maps (its tiles' boxes); null: the manifest's")
+
+    @field_validator("when")
+    @classmethod
+    def _condition(cls, text: str | None) -> str | None:
+        if text is not None:
+            condition_parts(text)  # ValueError, one line, for one that does not parse
+        return text
+
+    def runs_at(self, sizes: dict[str, int]) -> bool:
+        """Whether this launch runs at these sizes (`when` holds, or there is none)."""
+        return self.when is None or eval_condition(self.when, sizes)
+
+    @model_serializer(mode="wrap")
+    def _omit_absent(self, handler):
+        # launches that run at every size with the manifest's maps serialize exactly as before the fields existed
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in ("when", "tensor_maps"):
+                if data.get(key) is None:
+                    data.pop(key, None)
+        return data
 
 
 _MOD_TENSOR_TEXT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\w+)\s*\[([^\]]*)\]\s*"
@@ -173,6 +199,27 @@ class KernelManifest(BaseModel):
     def dv(self) -> int:
         """V's and O's head dim: head_dim_v, or head_dim where V has none of its own."""
         return self.head_dim if self.head_dim_v is None else self.head_dim_v
+
+    def launches_at(self, sizes: dict[str, int]) -> list[Launch]:
+        """The launches that run at these sizes (Launch.when), in order."""
+        return [launch for launch in self.launches if launch.runs_at(sizes)]
+
+    def maps_of(self, launch: Launch) -> list[TensorMapSpec]:
+        """The tensor maps `launch` takes: its own, else the manifest's."""
+        return self.tensor_maps if launch.tensor_maps is None else launch.tensor_maps
+
+    @property
+    def size_bounds(self) -> dict[str, set[int]]:
+        """Where launches change with the sizes: for each comparison of a size name with an integer in a `when`
+        (`N <= 1024`), that name -> the integer and its two neighbours (1023, 1024, 1025), so that verification
+        can run each side."""
+        bounds: dict[str, set[int]] = {}
+        for launch in self.launches:
+            for left, _op, right in condition_parts(launch.when) if launch.when else ():
+                for name, other in ((left, right), (right, left)):
+                    if name in SIZE_NAMES and other.isdigit():
+                        bounds.setdefault(name, set()).update(range(int(other) - 1, int(other) + 2))
+        return bounds
 
     @property
     def call_tensors(self) -> list[ModTensor]:
@@ -290,6 +337,32 @@ def eval_size(expr: str, sizes: dict[str, int]) -> int:
     if peek() is not None:
         raise ValueError(f"size expression {expr!r}: trailing {peek()[1]!r}")
     return result
+
+
+_COMPARISON = re.compile(r"^(.*?)\s*(<=|>=|==|!=|<|>)\s*(.*)$")
+#: what each comparison of a launch's `when` means (flashgen.operators' comparisons, on integers)
+_COMPARE = {"<=": int.__le__, ">=": int.__ge__, "==": int.__eq__, "!=": int.__ne__, "<": int.__lt__, ">": int.__gt__}
+
+
+def condition_parts(text: str) -> list[tuple[str, str, str]]:
+    """A launch condition ('N <= 1024 and M > 64') as (left, operator, right) per comparison; ValueError, one line,
+    where a part is not one comparison of two size expressions."""
+    parts = []
+    for part in text.split(" and "):
+        match = _COMPARISON.match(part.strip())
+        if match is None or not match.group(1) or not match.group(3) or _COMPARISON.match(match.group(3)):
+            raise ValueError(f"launch condition {text!r}: {part.strip()!r} is not one comparison "
+                             "(<=, >=, ==, !=, <, >) of two size expressions")
+        left, op, right = (g.strip() for g in match.groups())
+        for side in (left, right):
+            eval_size(side, {name: 1 for name in SIZE_NAMES})  # a size expression, or ValueError
+        parts.append((left, op, right))
+    return parts
+
+
+def eval_condition(text: str, sizes: dict[str, int]) -> bool:
+    """Whether a launch condition holds at these sizes (each comparison's sides by eval_size)."""
+    return all(_COMPARE[op](eval_size(left, sizes), eval_size(right, sizes)) for left, op, right in condition_parts(text))
 
 
 # ------------------------------------------------------------------ the manifest in words, for a model

@@ -33,8 +33,12 @@ class ExpertProvider:
         elif request.phase == "params":
             candidates = self.env.choose_params(task.variant, target, task.dtype, task.head_dim, **task.dims)
             params = self._next_params(candidates, request)
+            # the first choice comes with its tiles for ranges of sizes (`Params when` lines); the search's later
+            # candidates are timed as one tile at every size
+            by_size = self.env.size_params(task.variant, target, task.dtype, task.head_dim, **task.dims) \
+                if params is candidates[0] else None
             tl = self.env.library_tl(task.variant, target, task.dtype, task.head_dim, form="full", params=params,
-                                     **mods, **task.dims)
+                                     **mods, **task.dims, size_params=by_size)
             chosen = ", ".join(f"{k}={v}" for k, v in params.items())
             text = f"Full program for {target.marketing_name} with {chosen}:\n\n```tl\n{tl.rstrip()}\n```\n"
         else:

@@ -571,26 +571,35 @@ def prepare_launch(manifest: KernelManifest, kernel: LoadedKernel | str, q: Any,
                           scale if scale is not None else 1.0 / math.sqrt(manifest.head_dim), sizes["SPLITS"],
                           alibi_slopes=slopes_view, tensors=tensor_views)
     stream_ptr = _stream_ptr(stream, qv, cp)
-    args = [ctypes.addressof(params)]
-    if manifest.tensor_maps:  # Hopper TMA kernels: the maps are the second by-value argument
-        from flashgen.harness.tensormaps import build_tensor_maps
+    views = {"q": qv, "k": kv, "v": vv, "o": ov}
+    argument_lists: dict[tuple, int] = {}  # the launch's tensor maps -> the address of its argument pointers
 
-        maps = build_tensor_maps(manifest, {"q": qv, "k": kv, "v": vv, "o": ov})
-        keep_alive.append(maps)
-        args.append(ctypes.addressof(maps))
-    arg_ptrs = (ctypes.c_void_p * len(args))(*args)
+    def arguments(maps_specs: list) -> int:
+        key = tuple(maps_specs)
+        if key not in argument_lists:
+            args = [ctypes.addressof(params)]
+            if maps_specs:  # Hopper TMA kernels: the maps are the second by-value argument
+                from flashgen.harness.tensormaps import build_tensor_maps
+
+                maps = build_tensor_maps(manifest, views, maps_specs)
+                keep_alive.append(maps)
+                args.append(ctypes.addressof(maps))
+            arg_ptrs = (ctypes.c_void_p * len(args))(*args)
+            keep_alive.append(arg_ptrs)
+            argument_lists[key] = ctypes.addressof(arg_ptrs)
+        return argument_lists[key]
+
     plan = []
-    for spec in manifest.launches:
+    for spec in manifest.launches_at(sizes):  # a launch whose `when` fails at these sizes does not run
         grid = tuple(eval_size(g, sizes) for g in spec.grid)
         if any(g < 1 for g in grid):
             continue  # an empty grid writes nothing; verification reports that as unwritten output
-        plan.append((loaded.functions[spec.kernel], grid, spec))
+        plan.append((loaded.functions[spec.kernel], grid, spec, arguments(manifest.maps_of(spec))))
     launch_kernel = cp.cuda.driver.launchKernel
-    args_address = ctypes.addressof(arg_ptrs)
 
     def run() -> None:
-        _ = (params, arg_ptrs, keep_alive)  # the closure keeps the argument bytes and buffers alive
-        for fptr, grid, spec in plan:
+        _ = (params, keep_alive)  # the closure keeps the argument bytes and buffers alive
+        for fptr, grid, spec, args_address in plan:
             try:
                 launch_kernel(fptr, grid[0], grid[1], grid[2], spec.threads, 1, 1, spec.smem_bytes, stream_ptr,
                               args_address, 0)

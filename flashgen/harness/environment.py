@@ -183,6 +183,13 @@ class Environment:
         first = dict(choose_params(variant, target, dtype, head_dim, **dims))
         return [first, *(p for p in candidate_params(variant, target, dtype, head_dim, **dims) if p != first)]
 
+    def size_params(self, variant: Variant, target, dtype: DType, head_dim: int,
+                    head_dim_v: int | None = None) -> list:
+        """The tiles for ranges of sizes (`Params when` lines) that go with choose_params' first candidate."""
+        from flashgen.translators.params import choose_size_params
+
+        return choose_size_params(variant, target, dtype, head_dim, head_dim_v=head_dim_v)
+
     def params_source(self, variant: Variant, target, dtype: DType, head_dim: int,
                       params: dict[str, Any], head_dim_v: int | None = None) -> dict[str, str]:
         """Where a kernel's tile parameters came from: the choice's source (tuned, measured, defaults, model)
@@ -210,13 +217,15 @@ class Environment:
         return {"backend": plan.backend, "why": [get_backend(plan.backend).choice_note(target), *notes]}
 
     def library_tl(self, variant: Variant, target, dtype: DType, head_dim: int, form: str,
-                   params: dict[str, int] | None = None, mods=None, head_dim_v: int | None = None) -> str:
+                   params: dict[str, int] | None = None, mods=None, head_dim_v: int | None = None,
+                   size_params: list | None = None) -> str:
         """The library's program; with `mods` (flashgen.mods.Mods) the score and mask functions written into it;
-        `head_dim_v`: V's and O's own head dim (None: head_dim)."""
+        `head_dim_v`: V's and O's own head dim (None: head_dim); `size_params`: `Params when` lines (the tiles
+        for ranges of sizes that go with the first choice: size_params())."""
         from flashgen.tl_spec import library
 
         text = library.render(variant, dtype=dtype, arch=target.arch, head_dim=head_dim, params=params, form=form,
-                              head_dim_v=head_dim_v)
+                              head_dim_v=head_dim_v, size_params=size_params)
         if mods is None:
             return text
         from flashgen.mods import apply
@@ -438,7 +447,8 @@ class Environment:
         dims = {"head_dim_v": head_dim_v} if head_dim_v is not None else {}
         self.check_supported(variant, target, dtype, head_dim, **dims)
         params = dict(choose_params(variant, target.name, dtype, head_dim, **dims))
-        tl = self.library_tl(variant, target, dtype, head_dim, form="full", params=params, **dims)
+        tl = self.library_tl(variant, target, dtype, head_dim, form="full", params=params, **dims,
+                             size_params=self.size_params(variant, target.name, dtype, head_dim, **dims))
         source, manifest = self.translate(tl, target)
         return source, manifest, tl
 

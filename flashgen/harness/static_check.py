@@ -305,10 +305,11 @@ def _check_entries(code: str, no_comments: str, manifest: KernelManifest | None)
                 continue
             signature = conforming.get(launch.kernel)
             takes_maps = bool(signature and "FlashgenTensorMaps" in signature)
-            if signature and takes_maps != bool(manifest.tensor_maps):
+            maps = manifest.maps_of(launch)
+            if signature and takes_maps != bool(maps):
                 issues.append(StaticIssue(line=None, rule="manifest",
                                           message=f"kernel {launch.kernel}: the manifest lists "
-                                                  f"{len(manifest.tensor_maps)} tensor maps but the entry "
+                                                  f"{len(maps)} tensor maps for it but the entry "
                                                   f"{'takes' if takes_maps else 'does not take'} a "
                                                   "FlashgenTensorMaps parameter; both or neither"))
             bounds = re.search(r"__launch_bounds__\(\s*(\d+)\s*[,)]", signature or "")

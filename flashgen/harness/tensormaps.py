@@ -88,11 +88,12 @@ def encode(spec: TensorMapSpec, ptr: int, shape: tuple[int, ...], strides: tuple
     return ctypes.string_at(tmap.getPtr(), TENSOR_MAP_BYTES)
 
 
-def build_tensor_maps(manifest: KernelManifest, views: dict) -> FlashgenTensorMaps:
-    """The kernel's second argument: each map the manifest asks for, encoded over the tensor in `views`
-    ({"q": TensorView, ...}); the others stay zero."""
+def build_tensor_maps(manifest: KernelManifest, views: dict,
+                      specs: list[TensorMapSpec] | None = None) -> FlashgenTensorMaps:
+    """The kernel's second argument: each map of `specs` (default: the manifest's; a launch's own:
+    KernelManifest.maps_of), encoded over the tensor in `views` ({"q": TensorView, ...}); the others stay zero."""
     maps = FlashgenTensorMaps()
-    for spec in manifest.tensor_maps:
+    for spec in manifest.tensor_maps if specs is None else specs:
         view = views[spec.tensor]
         raw = encode(spec, view.ptr, tuple(view.shape), tuple(view.strides), manifest.dtype.value)
         ctypes.memmove(ctypes.addressof(getattr(maps, spec.tensor)), raw, TENSOR_MAP_BYTES)

@@ -165,6 +165,14 @@ def default_cases(manifest: KernelManifest) -> list[CheckCase]:
         rows = (1, 3) if v.split_kv else (131, 77)
         cases += [CheckCase(name="alibi_slopes_h", shape=shape(2, rows[0], 190), alibi_slopes="H"),
                   CheckCase(name="alibi_slopes_bh", shape=shape(3, rows[1], 129), layout="bnhd", alibi_slopes="BH")]
+    # A kernel whose launches change with the sizes (tiles per sequence length, Launch.when) runs at each bound and
+    # on either side of it, so that every launch is verified (N != M at the bound's neighbours: the tails)
+    for name, values in sorted(manifest.size_bounds.items()):
+        for value in sorted(v for v in values if v >= 1):
+            if name == "N":
+                cases.append(CheckCase(name=f"bound_N{value}", shape=shape(1, value, value if value % 2 else value + 37)))
+            elif name == "M":
+                cases.append(CheckCase(name=f"bound_M{value}", shape=shape(1, min(value, 129), value)))
     return cases
 
 

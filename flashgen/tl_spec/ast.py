@@ -15,7 +15,8 @@ Shapes of the things a translator looks for (see `Program` helpers at the bottom
 - normalization: `ComputeOnlineSoftmax` (composite) or the explicit rowmax/exp2/rowsum steps;
 - epilogue: the `ComputeAssign`s after the key loop (O / l, LSE) and the `Copy ... to global`;
 - loop bounds: `ForLoop.start` / `ForLoop.stop` (half-open, exactly as written);
-- tile params: `Program.params`;
+- tile params: `Program.params`, and per range of a size (`Params when N <= 1024: ...`) `Program.size_params`
+  (`Program.params_at`, `Program.size_classes`);
 - the Hopper dataflow (sm_90): `Role` blocks (a producer that loads, a consumer that computes), staged shared
   buffers (`Allocate.stages`), asynchronous copies (`Copy.is_async`, `Copy.stage`) and the stage handshakes
   `Acquire`, `Wait`, `Release` (`Program.roles`, `role_program`).
@@ -389,6 +390,38 @@ class TargetDecl(Node):
         return self.head_dim if self.head_dim_v is None else self.head_dim_v
 
 
+#: the params a `Params when ...` line may set for a range of sizes: the tile shape and schedule, which change how
+#: the kernel computes, never what (a param an expression reads stays one value at every size)
+TILE_PARAMS = ("BLOCK_M", "BLOCK_N", "WARPS", "STAGES", "Q_IN_REGS", "GROUP_HEADS")
+#: the sizes a `Params when` condition compares, and the comparisons (their negations: the other classes' conditions)
+SIZE_CONDITION_NAMES = ("B", "H", "KVH", "N", "M")
+NEGATED_COMPARISON = {"<=": ">", "<": ">=", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+
+
+class SizeParams(Node):
+    """`Params when N <= 1024: BLOCK_M = 128, WARPS = 8`: tile params that replace the `Params` line's at the
+    sizes where the condition holds (the first such line that holds wins). `condition` is one comparison of a size
+    with an integer, as text (`N <= 1024`: flashgen.abi.eval_condition reads it, the manifest's Launch.when)."""
+
+    size: str
+    op: str
+    bound: int
+    params: dict[str, int]
+
+    @property
+    def condition(self) -> str:
+        return f"{self.size} {self.op} {self.bound}"
+
+    @property
+    def negation(self) -> str:
+        return f"{self.size} {NEGATED_COMPARISON[self.op]} {self.bound}"
+
+    def holds(self, sizes: dict[str, int]) -> bool:
+        from flashgen.abi import eval_condition
+
+        return eval_condition(self.condition, sizes)
+
+
 class Program(Node):
     """A parsed LLM-TL program (full or sketch)."""
 
@@ -396,7 +429,31 @@ class Program(Node):
     target: TargetDecl | None = None
     variant: Variant | None = None
     params: dict[str, int] = Field(default_factory=dict)
+    size_params: list[SizeParams] = Field(default_factory=list)
     body: list[Stmt] = Field(default_factory=list)
+
+    def params_at(self, sizes: dict[str, int]) -> dict[str, int]:
+        """The params at these sizes (B, H, KVH, N, M): the `Params` line's, with the first `Params when` line
+        that holds there laid over them."""
+        for line in self.size_params:
+            if line.holds(sizes):
+                return {**self.params, **line.params}
+        return dict(self.params)
+
+    def size_classes(self) -> list[tuple[str | None, Program]]:
+        """One program per range of sizes, each with its params and no `Params when` lines, and the condition of
+        its range (every `when` line's, less the earlier lines' ranges; last the `Params` line's own, where none
+        holds); [(None, self)] without `Params when` lines."""
+        if not self.size_params:
+            return [(None, self)]
+        classes: list[tuple[str | None, Program]] = []
+        earlier: list[str] = []
+        for line in self.size_params:
+            classes.append((" and ".join([line.condition, *earlier]),
+                            self.model_copy(update={"params": {**self.params, **line.params}, "size_params": []})))
+            earlier.append(line.negation)
+        classes.append((" and ".join(earlier), self.model_copy(update={"size_params": []})))
+        return classes
 
     @property
     def is_full(self) -> bool:

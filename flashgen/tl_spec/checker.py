@@ -904,8 +904,18 @@ def check(program: ast.Program, target: Any = None) -> list[Diagnostic]:
         return [Diagnostic(file=program.filename, line=loc.line, col=loc.col, message=message,
                            hint="split the expression over several lines; nest fewer blocks")]
     resolved = resolve_target(program, target)
-    checker = _Checker(program, resolved)
-    diags = checker.run()
+    if program.size_params:  # each range of sizes is a program of its own params: check every one
+        classes = program.size_classes()
+        found = {(d.line, d.col, d.message): d for d in _Checker(classes[-1][1], resolved).run()}  # the Params line's
+        for line, (_, one) in zip(program.size_params, classes):
+            for d in _Checker(one, resolved).run():
+                if (d.line, d.col, d.message) not in found:  # only at that line's sizes: say so
+                    found[(d.line, d.col, d.message)] = d.model_copy(
+                        update={"message": f"{d.message} (with `Params when {line.condition}`, line "
+                                           f"{line.loc.line if line.loc else '?'})"})
+        diags = list(found.values())
+    else:
+        diags = _Checker(program, resolved).run()
     if resolved is not None and program.target is not None and resolved.arch != program.target.arch.removesuffix("a"):
         diags.append(Diagnostic(file=program.filename, line=program.target.loc.line if program.target.loc else 1,
                                 col=1, severity="warning",

@@ -174,7 +174,9 @@ class _Run:
         for side in ("window_left", "window_right"):  # the two-sided window's bounded sides
             if (bound := getattr(program.variant, side)) is not None:
                 self.constants[side] = int(bound)
-        self.constants.update(program.params)
+        # the tile params at this shape (a `Params when` line's where one holds): the tiles the kernel runs them with
+        self.constants.update(program.params_at({"B": shape.B, "H": shape.H, "KVH": shape.kv_heads, "N": shape.N,
+                                                 "M": shape.M}))
         self.G = 1
         self.scalars: dict[str, Any] = {}
         self.locals: dict[str, _Buffer] = {}

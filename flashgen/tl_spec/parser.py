@@ -32,7 +32,7 @@ start: target | variant | params | kernel | end | for_loop | allocate | copy | g
 target: "Target" NAME "dtype" NAME ["accum" NAME] "head_dim" NUMBER ["head_dim_v" NUMBER]
 variant: "Variant" vitem*
 vitem: NAME ["=" (NUMBER | NAME)]
-params: "Params" [param ("," param)*]
+params: "Params" [WHEN expr ":"] [param ("," param)*]
 param: NAME "=" NUMBER
 kernel: "Kernel" NAME
 end: "end"
@@ -81,6 +81,7 @@ tensor_decl: "Tensor" NAME "shape" shape "dtype" NAME ["fill" expr "to" expr [SO
      | "(" expr ")"
 
 PARALLEL: "parallel"
+WHEN: "when"
 MAX: "max"
 GET: "get"
 SCALED: "scaled"
@@ -98,7 +99,7 @@ NUMBER: /([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][-+]?[0-9]+)?/
 FORMS = {
     "Target": "Target sm_80 dtype fp16 accum fp32 head_dim 64 [head_dim_v 128: V's and O's own head dim]",
     "Variant": "Variant softmax causal window=256 alibi softcap=30 kv_group=2 return_lse split_kv (only what applies)",
-    "Params": "Params BLOCK_M = 64, BLOCK_N = 64, WARPS = 4, STAGES = 2",
+    "Params": "Params BLOCK_M = 64, BLOCK_N = 64, WARPS = 4, STAGES = 2 | Params when N <= 1024: BLOCK_M = 128, WARPS = 8",
     "Kernel": "Kernel NAME, closed by `end`",
     "end": "`end` closes the innermost open `for` or `Kernel`",
     "for": "for n_blk in range(0, cdiv(M, BLOCK_N))  or  for m_blk in parallel range(cdiv(N, BLOCK_M))",
@@ -227,7 +228,9 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def params(self, meta, items):
-        return ("params", [i for i in items if i is not None], ast.Loc(line=self.line_no, col=meta.column))
+        when, condition, *rest = items
+        return ("params", (condition if when is not None else None, [i for i in rest if i is not None]),
+                ast.Loc(line=self.line_no, col=meta.column))
 
     def param(self, items):
         return items[0], items[1]
@@ -380,6 +383,23 @@ def _dtype(token: Token | None, what: str = "dtype") -> DType | None:
         raise _Diag(token.column, f"unknown {what} '{token}'", "fp16, bf16 or fp32") from None
 
 
+def _size_params(condition: Any, params: dict[str, int], col: int) -> ast.SizeParams:
+    """A `Params when` line's condition: one comparison of a size with an integer literal."""
+    form = "`Params when N <= 1024: BLOCK_M = 128, WARPS = 8` (one comparison of B, H, KVH, N or M with an integer)"
+    if not params:
+        raise _Diag(col, "`Params when` sets no params", form)
+    if not (isinstance(condition, ast.Binary) and condition.op in ast.NEGATED_COMPARISON):
+        raise _Diag(col, "a `Params when` condition is one comparison", form)
+    left, right, op = condition.left, condition.right, condition.op
+    if isinstance(left, ast.Num) and isinstance(right, ast.Name):  # 1024 >= N reads N <= 1024
+        left, right, op = right, left, {"<": ">", "<=": ">=", ">": "<", ">=": "<="}.get(op, op)
+    if not (isinstance(left, ast.Name) and left.id in ast.SIZE_CONDITION_NAMES and isinstance(right, ast.Num)
+            and float(right.value).is_integer() and right.value >= 0):
+        raise _Diag(col, "a `Params when` condition compares a size with a non-negative integer", form)
+    return ast.SizeParams(size=left.id, op=op, bound=int(right.value), params=params,
+                          loc=ast.Loc(line=condition.loc.line if condition.loc else 1, col=col))
+
+
 def _positive_int(token: Token, what: str, allow_zero: bool = False) -> int:
     if not re.fullmatch(r"[0-9]+", str(token)) or int(str(token)) < (0 if allow_zero else 1):
         kind = "a non-negative" if allow_zero else "a positive"
@@ -490,12 +510,14 @@ def parse(text: str, filename: str = "<tl>") -> ast.Program:
             except RecursionError:
                 raise _Diag(1, "expression nested too deeply", "split it over several Compute lines") from None
             if kind in ("target", "variant", "params"):
-                if kind in seen_header:
+                condition = payload[0] if kind == "params" else None
+                if kind in seen_header and condition is None:
                     raise _Diag(loc.col, f"second {kind.capitalize()} line", "a program has one header of each kind")
                 if program.body and any(not isinstance(s, ast.Comment) for s in program.body):
                     raise _Diag(loc.col, f"{kind.capitalize()} after the first statement",
                                 "the header (Target, Variant, Params) comes first")
-                seen_header.add(kind)
+                if condition is None:
+                    seen_header.add(kind)
                 if kind == "target":
                     arch, dtype, accum, head_dim, head_dim_v = payload
                     if not re.fullmatch(r"sm_\d+a?", str(arch)):
@@ -509,11 +531,17 @@ def parse(text: str, filename: str = "<tl>") -> ast.Program:
                     program.variant = _variant(payload, loc.col)
                 else:
                     params: dict[str, int] = {}
-                    for name, value in payload:
+                    for name, value in payload[1]:
                         if str(name) in params:
                             raise _Diag(name.column, f"param {name} given twice", None)
+                        if condition is not None and str(name) not in ast.TILE_PARAMS:
+                            raise _Diag(name.column, f"param {name} cannot change with the sizes",
+                                        f"a `Params when` line sets tile params only: {', '.join(ast.TILE_PARAMS)}")
                         params[str(name)] = _positive_int(value, f"param {name}", allow_zero=True)
-                    program.params = params
+                    if condition is None:
+                        program.params = params
+                    else:
+                        program.size_params.append(_size_params(condition, params, loc.col))
             elif kind == "open":
                 emit(payload)
                 stack.append(payload)

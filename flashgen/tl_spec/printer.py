@@ -162,6 +162,8 @@ def format_program(program: ast.Program) -> str:
         lines.append(format_variant(program.variant))
     if program.params:
         lines.append("Params " + ", ".join(f"{k} = {v}" for k, v in program.params.items()))
+    for line in program.size_params:
+        lines.append(f"Params when {line.condition}: " + ", ".join(f"{k} = {v}" for k, v in line.params.items()))
     body = program.body
     # header comments that came first in the source stay first
     while body and isinstance(body[0], ast.Comment) and lines and body[0].loc and \

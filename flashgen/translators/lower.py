@@ -1463,6 +1463,8 @@ def translate(program: ast.Program, target: Any, *, name: str | None = None, fas
     from flashgen.tl_spec.tensors import spec_of
     from flashgen.translators.render import render
 
+    if program.size_params:
+        return _translate_by_size(program, target, name=name, fast_math=fast_math, backend=backend)
     decls = program.tensor_decls
     if len(decls) > MAX_MOD_TENSORS:
         raise UnsupportedConstruct(f"line {_line(decls[MAX_MOD_TENSORS])}: {len(decls)} Tensor lines; a kernel takes "
@@ -1483,6 +1485,49 @@ def translate(program: ast.Program, target: Any, *, name: str | None = None, fas
     if notes:
         manifest.notes = "; ".join(filter(None, [manifest.notes, *notes]))
     return Translation(source=source, manifest=manifest, plan=plan, notes=notes)
+
+
+_COMPARISON_TAGS = {"<=": "le", "<": "lt", ">=": "ge", ">": "gt", "==": "eq", "!=": "ne"}
+
+
+def _translate_by_size(program: ast.Program, target: Any, *, name: str | None, fast_math: bool,
+                       backend: str | None) -> Translation:
+    """A program with `Params when` lines: one kernel per range of sizes (ast.Program.size_classes), in one source
+    and one manifest whose launches each run where their range's condition holds (Launch.when), with their own
+    tensor maps. The `Params` line's kernel keeps the program's name; a `when` line's takes a suffix from its
+    condition (`_n_le_1024`)."""
+    classes = program.size_classes()
+    base = translate(classes[-1][1], target, name=name, fast_math=fast_math, backend=backend)
+    parts = []
+    for line, (when, one) in zip(program.size_params, classes):
+        tag = f"{line.size.lower()}_{_COMPARISON_TAGS[line.op]}_{line.bound}"
+        parts.append((when, line, translate(one, target, name=f"{base.plan.name}_{tag}", fast_math=fast_math,
+                                            backend=backend)))
+    kept = ("arch", "dtype", "head_dim", "head_dim_v", "variant", "workspace_floats", "num_splits", "mod_tensors")
+    for _, line, part in parts:
+        if part.plan.backend != base.plan.backend:
+            raise UnsupportedConstruct(f"line {_line(line)}: `Params when {line.condition}` takes the "
+                                       f"{part.plan.backend} path where the Params line takes {base.plan.backend}; "
+                                       "the kernels of one program take one path")
+        if differs := [k for k in kept if getattr(part.manifest, k) != getattr(base.manifest, k)]:
+            raise UnsupportedConstruct(f"line {_line(line)}: `Params when {line.condition}` changes the kernel's "
+                                       f"{', '.join(differs)} (split-KV's chunks follow BLOCK_M); tiles per size are "
+                                       "for kernels whose launches alone differ")
+    launches = []
+    for when, _, part in [*parts, (classes[-1][0], None, base)]:
+        own_maps = part.manifest.tensor_maps if part.manifest.tensor_maps != base.manifest.tensor_maps else None
+        launches += [launch.model_copy(update={"when": when, "tensor_maps": own_maps})
+                     for launch in part.manifest.launches]
+    tiles = lambda m: "x".join(str(m.params[k]) for k in ("BLOCK_M", "BLOCK_N"))  # noqa: E731
+    note = "tiles by size: " + "; ".join([f"{line.condition}: {tiles(part.manifest)}" for _, line, part in parts]
+                                         + [f"else {tiles(base.manifest)}"])
+    notes = list(dict.fromkeys([*base.notes, *(n for _, _, part in parts for n in part.notes), note]))
+    manifest = base.manifest.model_copy(update={
+        "launches": launches, "notes": "; ".join(filter(None, [base.manifest.notes, note])),
+        # the reference, where the TL is it, is the whole program (its fp64 meaning is the same at every size)
+        "reference_tl": format_program(program) if base.manifest.reference_tl is not None else None})
+    source = "\n".join(part.source for _, _, part in parts) + "\n" + base.source
+    return Translation(source=source, manifest=manifest, plan=base.plan, notes=notes)
 
 
 def computes_declared_variant(program: ast.Program) -> bool:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from flashgen.errors import UsageError
 from flashgen.targets import Target, resolve_target
+from flashgen.tl_spec.ast import TILE_PARAMS, SizeParams
 from flashgen.translators.backends import Backend, backend_for, get_backend
 from flashgen.translators.backends.base import tiles_bytes
 from flashgen.translators.plan import (
@@ -38,7 +39,7 @@ from flashgen.variant import DType, Variant, head_dims_tag
 TUNED_DIR = Path(__file__).parent / "tuned"
 # GROUP_HEADS (the launch order; default_group_heads(variant) when absent) is a schedule parameter, not a tile one,
 # but it travels with them
-TILE_KEYS = ("BLOCK_M", "BLOCK_N", "WARPS", "STAGES", "Q_IN_REGS", "GROUP_HEADS")
+TILE_KEYS = TILE_PARAMS  # the TL's: the params a `Params when` line may set per range of sizes
 
 _REG_BUDGET = 255
 _REG_OVERHEAD = 48  # addresses, loop state, softmax statistics, ldmatrix operands
@@ -211,6 +212,8 @@ class ParamsChoice(BaseModel):
     params: dict[str, int]
     source: ParamsSource
     detail: str = Field(description="where exactly, in words")
+    by_size: list[SizeParams] = Field(default_factory=list, description="tiles for ranges of sizes, over `params` "
+                                      "(the TL's `Params when` lines; the backend's measured_by_size)")
 
 
 def _table_detail(backend: Backend, table: str, key: tuple) -> str:
@@ -266,11 +269,26 @@ def choose_params_with_source(variant: Variant, target: Target | str, dtype: DTy
                                    ("defaults", backend.defaults, (dtype.value, d))):
             found = table.get(key)
             if found is not None and fits(found):
+                by_size = [SizeParams(size=size, op=op, bound=bound,
+                                      params={k: v for k, v in tiles.items() if found.get(k) != v})
+                           for size, op, bound, tiles in backend.measured_by_size.get(key, ()) if fits(tiles)] \
+                    if source == "measured" else []
                 return ParamsChoice(params=_with_schedule(found, variant), source=source,  # type: ignore[arg-type]
-                                    detail=_table_detail(backend, source.upper(), key) + borrowed)
+                                    detail=_table_detail(backend, source.upper(), key) + borrowed
+                                    + "".join(f"; at {line.condition}: measured_by_size" for line in by_size),
+                                    by_size=by_size)
     return ParamsChoice(params=_with_schedule(model_params(target, dtype, head_dim, head_dim_v), variant),
                         source="model", detail=f"flashgen.translators.params.model_params({arch}, {dtype.value}, "
                                                f"{head_dims_tag(head_dim, head_dim_v)})")
+
+
+def choose_size_params(variant: Variant, target: Target | str, dtype: DType, head_dim: int, *,
+                       tuned: bool | None = None, backend: str | None = None,
+                       head_dim_v: int | None = None) -> list[SizeParams]:
+    """The tiles for ranges of sizes that go with choose_params' choice (its `Params when` lines; none where the
+    choice is a tuned file's or a table's without them)."""
+    return choose_params_with_source(variant, target, dtype, head_dim, tuned=tuned, backend=backend,
+                                     head_dim_v=head_dim_v).by_size
 
 
 def choose_params(variant: Variant, target: Target | str, dtype: DType, head_dim: int, *,
@@ -283,6 +301,6 @@ def choose_params(variant: Variant, target: Target | str, dtype: DType, head_dim
                                      head_dim_v=head_dim_v).params
 
 
-__all__ = ["TILE_KEYS", "ModelScore", "ParamsChoice", "TunedEntry", "TunedFile", "choose_params",
+__all__ = ["TILE_KEYS", "ModelScore", "ParamsChoice", "TunedEntry", "TunedFile", "choose_params", "choose_size_params",
            "choose_params_with_source", "default_group_heads", "estimate_registers", "launch_order", "load_tuned",
            "model_params", "model_score", "save_tuned", "tuned_dirs", "tuned_key", "tuned_path", "user_tuned_dir"]

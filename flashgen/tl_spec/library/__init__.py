@@ -58,7 +58,7 @@ def default_params(variant: Variant) -> dict[str, int]:
 def render(variant: Variant, *, dtype: DType | str = DType.fp16, arch: str = "sm_80",
            params: dict[str, int] | None = None, form: Form = "full", head_dim: int = DEFAULT_HEAD_DIM,
            name: str | None = None, explicit_softmax: bool = False, roles: bool | None = None,
-           head_dim_v: int | None = None) -> str:
+           head_dim_v: int | None = None, size_params: list | None = None) -> str:
     """LLM-TL text computing `variant`, in canonical form (parsed and re-printed).
 
     `params` must hold BLOCK_M and BLOCK_N (split-KV also SPLITS, 4 when absent); other entries (WARPS,
@@ -67,7 +67,8 @@ def render(variant: Variant, *, dtype: DType | str = DType.fp16, arch: str = "sm
     docs/llm-tl.md); by default where the arch's warp-specialized kernel takes the dtype and variant
     (flashgen.targets.writes_role_dataflow: sm_90 fp16/bf16 without split-KV), else the plain form. `head_dim_v`:
     V's and O's own head dim (the Target line's `head_dim_v`, V and O declared over DV); None, or `head_dim`
-    itself, writes the program of one head dim."""
+    itself, writes the program of one head dim. `size_params` (flashgen.tl_spec.ast.SizeParams): tiles for ranges of
+    sizes, written as `Params when` lines after the Params line (full form only)."""
     from flashgen.targets import ROLE_DATAFLOW, role_dataflow, tensor_cores_take, writes_role_dataflow
     from flashgen.tl_spec.parser import parse
     from flashgen.tl_spec.printer import format_program, format_variant
@@ -94,7 +95,10 @@ def render(variant: Variant, *, dtype: DType | str = DType.fp16, arch: str = "sm
         kv="h // KV_GROUP" if variant.kv_group > 1 else "h", lse=variant.return_lse, softmax=softmax,
         variant_line=format_variant(variant), name=name or variant.name, explicit_softmax=explicit_softmax,
         scaled=not tensor_cores_take(arch, dtype), hopper=hopper, producer_warps=flow.producer_warps if flow else 0)
-    return format_program(parse(text, filename=f"<{name or variant.name}.{form}.tl>"))
+    program = parse(text, filename=f"<{name or variant.name}.{form}.tl>")
+    if size_params and form == "full":
+        program.size_params = list(size_params)
+    return format_program(program)
 
 
 def list_programs() -> list[str]:

@@ -139,6 +139,9 @@ class Backend:
     defaults: ClassVar[dict[tuple[str, int], Params]] = {}
     #: parameters measured on a GPU: (arch, dtype, head_dim, launch order) -> params, read before `defaults`
     measured: ClassVar[dict[tuple[str, str, int, str], Params]] = {}
+    #: tiles measured faster over a range of sizes than the `measured` entry of the same key: key -> ((size, op,
+    #: bound, params), ...), written as `Params when` lines (the first that holds wins; flashgen.tl_spec.ast.SizeParams)
+    measured_by_size: ClassVar[dict[tuple[str, str, int, str], tuple[tuple[str, str, int, Params], ...]]] = {}
     search_space: ClassVar[SearchSpace] = SearchSpace()
     #: True where the backend renders its kernels itself (`render`) instead of through the shared skeleton
     own_renderer: ClassVar[bool] = False

@@ -48,9 +48,17 @@ def _rs(n: int, dtype: str) -> str:
 
 
 def wrappers(dtype: str, ss_n: Iterable[int], rs_n: Iterable[int]) -> str:
-    """C++ for namespace fg::wgmma: ss_m64n{N}k16_{dtype} for each N in ss_n, rs_m64n{N}k16_{dtype} for rs_n."""
+    """C++ for namespace fg::wgmma: ss_m64n{N}k16_{dtype} for each N in ss_n, rs_m64n{N}k16_{dtype} for rs_n, each
+    behind an include guard of its own."""
     for n in (*ss_n, *rs_n):
         if n % 8 or not 8 <= n <= 256:
             raise ValueError(f"wgmma N={n}: must be a multiple of 8 in 8..256")
-    body = "".join(_ss(n, dtype) for n in sorted(set(ss_n))) + "".join(_rs(n, dtype) for n in sorted(set(rs_n)))
+    body = "".join(_guarded(f"ss_m64n{n}k16_{dtype}", _ss(n, dtype)) for n in sorted(set(ss_n))) \
+        + "".join(_guarded(f"rs_m64n{n}k16_{dtype}", _rs(n, dtype)) for n in sorted(set(rs_n)))
     return f"namespace fg {{\nnamespace wgmma {{\n{body}}}  // namespace wgmma\n}}  // namespace fg\n"
+
+
+def _guarded(name: str, definition: str) -> str:
+    # kernels of one source (tiles per range of sizes: flashgen.translators.lower.translate) may need the same one
+    guard = f"FG_WGMMA_{name.upper()}"
+    return f"#ifndef {guard}\n#define {guard}\n{definition}#endif\n"
