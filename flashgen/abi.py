@@ -62,11 +62,8 @@ class Launch(BaseModel):
     grid: tuple[str, str, str] = Field(description="expressions over B,H,KVH,N,M,D,SPLITS,SMS; cdiv(a,b), min, max allowed")
     threads: int = Field(ge=32, le=1024)
     smem_bytes: int = Field(default=0, ge=0, description="dynamic shared memory")
-    when: str | None = Field(
-        default=None, description="launched only at sizes where this holds: comparisons of size expressions "
-        "joined by 'and', e.g. 'N <= 1024' (a kernel with tiles per sequence length); null: always")
-    tensor_maps: list[TensorMapSpec] | None = Field(
-        default=None, description="this launch's own TMA tensor maps (its tiles' boxes); null: the manifest's")
+    when: str | None = Field(default=None, description="run only where this holds, e.g. 'N <= 1024'; null: always")
+    tensor_maps: list[TensorMapSpec] | None = Field(default=None, description="its own tensor maps; null: the manifest's")
 
     @field_validator("when")
     @classmethod
@@ -168,13 +165,13 @@ class KernelManifest(BaseModel):
     params: dict[str, int | str] = Field(default_factory=dict, description="tile parameters, for the record")
     reference_tl: str | None = Field(
         default=None,
-        description="a full TL program whose fp64 interpretation is the reference, for kernels that compute "
-        "something `variant` does not describe (a custom mask or score function); null: the fp64 reference of `variant`",
+        description="a full TL program whose fp64 interpretation is the reference (a custom mask or score function "
+        "`variant` does not describe); null: `variant`'s fp64 reference",
     )
     tensor_maps: list[TensorMapSpec] = Field(
         default_factory=list,
-        description="TMA tensor maps the kernel takes as its second parameter (const __grid_constant__ "
-        "FlashgenTensorMaps); empty for kernels whose only parameter is FlashgenAttnParams",
+        description="TMA maps the kernel takes as its second parameter (const __grid_constant__ FlashgenTensorMaps); "
+        "empty: none",
     )
     mod_tensors: list[str] = Field(
         default_factory=list, max_length=MAX_MOD_TENSORS,
@@ -403,16 +400,26 @@ def _nested(schema: dict, defs: dict) -> dict | None:
     return None
 
 
-def _outline(schema: dict, defs: dict, indent: str, lines: list[str]) -> None:
+def _outline(schema: dict, defs: dict, indent: str, lines: list[str], seen: dict | None = None,
+             path: str = "") -> None:
+    # seen: nested model title -> the field path that outlined it first (a second field of that type refers to it)
+    seen = {} if seen is None else seen
     required = set(schema.get("required", []))
     for name, prop in schema.get("properties", {}).items():
         merged = {**defs.get(prop.get("$ref", "").rsplit("/", 1)[-1], {}), **prop} if "$ref" in prop else prop
         given = ("required" if name in required else f"default {json.dumps(prop['default'])}" if "default" in prop
                  else "optional")
         described = (prop.get("description") or "").split("\n")[0]
-        lines.append(f"{indent}- `{name}`: {_schema_type(prop, defs)}, {given}" + (f"; {described}" if described else ""))
-        if (inner := _nested(merged, defs)) is not None:
-            _outline(inner, defs, indent + "  ", lines)
+        line = f"{indent}- `{name}`: {_schema_type(prop, defs)}, {given}" + (f"; {described}" if described else "")
+        inner = _nested(merged, defs)
+        title = inner.get("title") if inner is not None else None
+        if title in seen:
+            lines.append(f"{line} (fields as in `{seen[title]}`)")
+            continue
+        lines.append(line)
+        if inner is not None:
+            seen[title] = f"{path}{name}"
+            _outline(inner, defs, indent + "  ", lines, seen, f"{path}{name}.")
 
 
 def fields_outline(model: type[BaseModel]) -> str:

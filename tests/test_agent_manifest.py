@@ -100,7 +100,8 @@ def test_the_translate_prompt_defines_the_manifest_from_the_model_and_shows_the_
 
 def test_the_real_translate_prompt_stays_within_its_size_budget():
     """The manifest's schema and worked example add about 2.6k characters to the prompt (the worked example's
-    CUDA is most of it); the whole prompt's budget is tests/test_prompts.py's."""
+    CUDA is most of it); the whole prompt's budget is tests/test_prompts.py's. The Hopper example's tensor maps and
+    the launches' `when` and own maps (tiles per range of sizes) take it to about 4.1k there."""
     from flashgen.harness.environment import Environment
     from flashgen.targets import get_target
 
@@ -115,6 +116,6 @@ def test_the_real_translate_prompt_stays_within_its_size_budget():
         prompt = loop._opening_prompt("translate")
         schema_part = prompt[prompt.index("Besides the source"):prompt.index("## Rules for")]
         example_part = prompt[prompt.index("Its manifest:"):prompt.index("## The program to translate")]
-        assert len(schema_part) + len(example_part) < 4_000, name
+        assert len(schema_part) + len(example_part) < 4_300, name
         assert len(prompt) < 64_000, (name, len(prompt))
     assert time.monotonic() - started < 60

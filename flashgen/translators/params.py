@@ -274,8 +274,9 @@ def choose_params_with_source(variant: Variant, target: Target | str, dtype: DTy
                            for size, op, bound, tiles in backend.measured_by_size.get(key, ()) if fits(tiles)] \
                     if source == "measured" else []
                 return ParamsChoice(params=_with_schedule(found, variant), source=source,  # type: ignore[arg-type]
-                                    detail=_table_detail(backend, source.upper(), key) + borrowed
-                                    + "".join(f"; at {line.condition}: measured_by_size" for line in by_size),
+                                    detail=_table_detail(backend, source.upper(), key)
+                                    + "".join(f"; at {line.condition}: measured_by_size" for line in by_size)
+                                    + borrowed,
                                     by_size=by_size)
     return ParamsChoice(params=_with_schedule(model_params(target, dtype, head_dim, head_dim_v), variant),
                         source="model", detail=f"flashgen.translators.params.model_params({arch}, {dtype.value}, "

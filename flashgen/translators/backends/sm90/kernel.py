@@ -88,6 +88,9 @@ def schedule(plan: KernelPlan) -> dict:
                    # d256 +7 / +8 / +9 % at N = 2k / 4k / 16k, d128 +6 % at 16k, d64 +1.5 %, plain and window 256
                    # level (NOTES.md, session 11)
                    snake_rounds=True,
+                   # grid_groups of fewer pairs where their K and V would not fit half the L2 and the group still
+                   # holds 3 rounds of tiles: causal bf16 d128 +7 / +17 / +5 % at N = 1k / 2k / 4k (NOTES.md, s11)
+                   l2_groups=True,
                    grid_groups=True)  # GROUP_HEADS = 0 in groups of gridDim.x pairs, so K/V stay in L2: causal
     # bf16 N = 512 d128 +13 %, d256 +8 %, d64 +2 %, d128 1k +7 %, window 256 +7-8 % (NOTES.md, session 8)
     # 85-131 -> 394-484 TF/s at N = 512..16k on the H200 (NOTES.md, session 7)
@@ -111,9 +114,9 @@ _SCHEDULE_OVERRIDES: dict = {}
 @contextmanager
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
-    share_key_terms, grid_groups, snake_rounds) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
+    share_key_terms, grid_groups, snake_rounds, l2_groups) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
     unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "grid_groups",
-                              "snake_rounds"}
+                              "snake_rounds", "l2_groups"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)
@@ -186,7 +189,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         **options, plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
         chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
         producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers], ctas_per_sm=ctas_per_sm(plan),
-        reverse_m=plan.variant.causal, **score_units(plan),
+        reverse_m=plan.variant.causal, **score_units(plan), l2_group_bytes=plan.target.l2_bytes // 2,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
         **v_names(plan), **shared_terms,
     )

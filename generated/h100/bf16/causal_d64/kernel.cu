@@ -306,6 +306,7 @@ constexpr int CONSUMERS = 2;
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int GROUP_HEADS = 0;
 constexpr bool SNAKE_ROUNDS = true;  // the walk's order (round_tile)
+constexpr long long L2_GROUP_BYTES = 26214400;  // K and V of a group of pairs: half the target's L2
 constexpr int Q_CHUNK_ELEMS = BLOCK_M * 64;    // one 64-column chunk of the Q tile, rows contiguous at 128 B
 constexpr int KV_CHUNK_ELEMS = BLOCK_N * 64;
 constexpr int Q_TILE_ELEMS = CHUNKS * Q_CHUNK_ELEMS;
@@ -364,7 +365,15 @@ fg_attn_fwd_causal_bf16_d64_sm_90_n_le_1024(const FlashgenAttnParams p, const __
     // query block (ncu, causal d128 N = 512: 454 MB of DRAM reads against cuDNN's 258; NOTES.md, session 8).
     static_assert(GROUP_HEADS == 0, "grid groups stand for the all-pairs order");
     {
-      const int pairs = heads * batch, group_pairs = min(pairs, (int)gridDim.x);
+      const int pairs = heads * batch;
+      int group_pairs = min(pairs, (int)gridDim.x);
+      // Fewer pairs where more than L2_GROUP_BYTES of K and V would walk their query blocks together (each block's
+      // K and V read from HBM again: ncu, causal d128 N = 1k, 2.1x cuDNN's DRAM bytes), as long as the group still
+      // holds 3 rounds of work tiles, whose lengths the snake rounds then even out (NOTES.md, session 11: +7 / +17 /
+      // +5 % at causal d128 1k / 2k / 4k; groups of fewer tiles lost up to 30 %, so they keep gridDim.x pairs).
+      const long long kv_pair_bytes = (long long)seqlen_k * (D + D) * (long long)sizeof(T);
+      const int l2_pairs = (int)max(1LL, L2_GROUP_BYTES / kv_pair_bytes);
+      if (l2_pairs < group_pairs && l2_pairs * m_tiles >= 3 * (int)gridDim.x) group_pairs = l2_pairs;
       const int group = tile / (group_pairs * m_tiles), in_group = tile - group * group_pairs * m_tiles;
       const int group_size = min(group_pairs, pairs - group * group_pairs);
       const int pair = group * group_pairs + in_group % group_size, m_index = in_group / group_size;
@@ -956,6 +965,7 @@ constexpr int CONSUMERS = 3;
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int GROUP_HEADS = 0;
 constexpr bool SNAKE_ROUNDS = true;  // the walk's order (round_tile)
+constexpr long long L2_GROUP_BYTES = 26214400;  // K and V of a group of pairs: half the target's L2
 constexpr int Q_CHUNK_ELEMS = BLOCK_M * 64;    // one 64-column chunk of the Q tile, rows contiguous at 128 B
 constexpr int KV_CHUNK_ELEMS = BLOCK_N * 64;
 constexpr int Q_TILE_ELEMS = CHUNKS * Q_CHUNK_ELEMS;
@@ -1014,7 +1024,15 @@ fg_attn_fwd_causal_bf16_d64_sm_90(const FlashgenAttnParams p, const __grid_const
     // query block (ncu, causal d128 N = 512: 454 MB of DRAM reads against cuDNN's 258; NOTES.md, session 8).
     static_assert(GROUP_HEADS == 0, "grid groups stand for the all-pairs order");
     {
-      const int pairs = heads * batch, group_pairs = min(pairs, (int)gridDim.x);
+      const int pairs = heads * batch;
+      int group_pairs = min(pairs, (int)gridDim.x);
+      // Fewer pairs where more than L2_GROUP_BYTES of K and V would walk their query blocks together (each block's
+      // K and V read from HBM again: ncu, causal d128 N = 1k, 2.1x cuDNN's DRAM bytes), as long as the group still
+      // holds 3 rounds of work tiles, whose lengths the snake rounds then even out (NOTES.md, session 11: +7 / +17 /
+      // +5 % at causal d128 1k / 2k / 4k; groups of fewer tiles lost up to 30 %, so they keep gridDim.x pairs).
+      const long long kv_pair_bytes = (long long)seqlen_k * (D + D) * (long long)sizeof(T);
+      const int l2_pairs = (int)max(1LL, L2_GROUP_BYTES / kv_pair_bytes);
+      if (l2_pairs < group_pairs && l2_pairs * m_tiles >= 3 * (int)gridDim.x) group_pairs = l2_pairs;
       const int group = tile / (group_pairs * m_tiles), in_group = tile - group * group_pairs * m_tiles;
       const int group_size = min(group_pairs, pairs - group * group_pairs);
       const int pair = group * group_pairs + in_group % group_size, m_index = in_group / group_size;
