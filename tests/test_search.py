@@ -221,3 +221,35 @@ def test_prepare_candidates_keeps_an_included_choice_past_the_candidate_budget()
     assert [r.label for r in kept] == [live[0].label, live[1].label, live[-1].label]
     assert all(r.source and r.manifest for r in kept)
     assert sum(r.dropped == "budget: beyond max_candidates" for r in records) == len(live) - 3
+
+
+def test_with_score_or_mask_functions_the_expert_skips_candidates_the_translator_refuses(monkeypatch):
+    # The search screens its space on the variant's own program; a candidate that the translator refuses once the
+    # user's functions are written in (more shared memory, say) is passed over, not proposed and then failed.
+    from flashgen.agent.environment import Environment
+    from flashgen.agent.expert import ExpertProvider
+    from flashgen.agent.providers import ChatMessage, ModelRequest, Task
+    from flashgen.mods import Mods
+
+    env = Environment()
+    target = env.target("h200")
+    mods = Mods(score_mod="s + 0.25 * cos(k_idx)")
+    task = Task(variant=Variant(), target="h200", arch="sm_90", dtype=DType.bf16, head_dim=128, mods=mods)
+    candidates = env.choose_params(Variant(), target, DType.bf16, 128)
+    refused = candidates[0]
+    real = env.translation_problem
+
+    def problem(tl_text, tgt):
+        if dict(env.parse(tl_text).params) == refused:
+            return "tiles need 232560 bytes of shared memory"
+        return real(tl_text, tgt)
+
+    monkeypatch.setattr(env, "translation_problem", problem)
+    opening = [ChatMessage(role="system", content="s"), ChatMessage(role="user", content="write the program")]
+    reply = ExpertProvider(env).complete(ModelRequest(stage="params", messages=opening, task=task, phase="params"))
+    program = env.parse(reply.text.split("```tl\n")[1].split("```")[0])
+    assert dict(program.params) == candidates[1] and "cos(k_idx)" in reply.text
+    # the translator's own answer for a candidate it cannot take, in one line
+    too_big = env.library_tl(Variant(), target, DType.bf16, 256, form="full",
+                             params={"BLOCK_M": 192, "BLOCK_N": 176, "WARPS": 12, "STAGES": 3})
+    assert "tiles need" in real(too_big, target) and real(reply.text.split("```tl\n")[1].split("```")[0], target) is None

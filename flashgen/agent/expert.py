@@ -32,11 +32,14 @@ class ExpertProvider:
             text = f"The dataflow of {task.variant.name} attention, as a sketch:\n\n```tl\n{tl.rstrip()}\n```\n"
         elif request.phase == "params":
             candidates = self.env.choose_params(task.variant, target, task.dtype, task.head_dim, **task.dims)
+            first = candidates[0]
+            if task.mods is not None:
+                candidates = self._fitting(candidates, task, target, mods)
             params = self._next_params(candidates, request)
             # the first choice comes with its tiles for ranges of sizes (`Params when` lines); the search's later
             # candidates are timed as one tile at every size
             by_size = self.env.size_params(task.variant, target, task.dtype, task.head_dim, **task.dims) \
-                if params is candidates[0] else None
+                if params is first else None
             tl = self.env.library_tl(task.variant, target, task.dtype, task.head_dim, form="full", params=params,
                                      **mods, **task.dims, size_params=by_size)
             chosen = ", ".join(f"{k}={v}" for k, v in params.items())
@@ -47,6 +50,16 @@ class ExpertProvider:
             text = (f"The translation for {target.arch} / {task.dtype.value}:\n\n```cuda\n{source.rstrip()}\n```\n\n"
                     f"Launches:\n\n```json\n{manifest.model_dump_json(indent=2)}\n```\n")
         return ModelReply(text=text, model=self.model, cost_usd=0.0)
+
+    def _fitting(self, candidates: list[dict[str, int]], task, target, mods: dict) -> list[dict[str, int]]:
+        """The candidates the translator takes with the task's score and mask functions written in: the search
+        screens its space on the variant's own program, and a function may need what that program does not (shared
+        memory, registers); all of them where none fits, so that the loop reports the translator's reason."""
+        fitting = [c for c in candidates
+                   if self.env.translation_problem(self.env.library_tl(task.variant, target, task.dtype, task.head_dim,
+                                                                       form="full", params=c, **mods, **task.dims),
+                                                   target) is None]
+        return fitting or candidates
 
     def _next_params(self, candidates: list[dict[str, int]], request: ModelRequest) -> dict[str, int]:
         """The first candidate, or after feedback on a program it wrote, the next one after it not written

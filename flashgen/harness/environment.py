@@ -348,6 +348,22 @@ class Environment:
         translation = translate(program, target)
         return translation.source, translation.manifest
 
+    def translation_problem(self, tl_text: str, target) -> str | None:
+        """Why the reference translator would refuse this program on `target` (its plan against the backend's
+        limits: stages, shared memory, the path's own rules), in one line; None where it would translate. Lowers
+        and validates only, without writing the CUDA."""
+        from flashgen.translators.lower import lower
+        from flashgen.translators.render import validate_plan
+
+        try:
+            program = self.parse(tl_text)
+            for _when, one in program.size_classes():
+                plan, _notes = lower(one, target)
+                validate_plan(plan)
+        except FlashgenError as exc:
+            return " ".join(str(exc).split())
+        return None
+
     def manifest_for(self, tl_text: str, target) -> KernelManifest:
         """The launch manifest the reference translator derives from a TL program (used when a
         model gives CUDA without a manifest)."""
