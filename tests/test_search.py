@@ -253,3 +253,31 @@ def test_with_score_or_mask_functions_the_expert_skips_candidates_the_translator
     too_big = env.library_tl(Variant(), target, DType.bf16, 256, form="full",
                              params={"BLOCK_M": 192, "BLOCK_N": 176, "WARPS": 12, "STAGES": 3})
     assert "tiles need" in real(too_big, target) and real(reply.text.split("```tl\n")[1].split("```")[0], target) is None
+
+
+def test_the_search_gives_a_candidate_its_own_range_where_it_beats_the_winner_at_an_end(tmp_path):
+    from flashgen.translators.params import choose_size_params
+
+    shapes = [Shape(B=4, H=16, N=1024, M=1024, D=128), Shape(B=1, H=16, N=4096, M=4096, D=128),
+              Shape(B=1, H=16, N=16384, M=16384, D=128)]
+    a, b, c = _first_labels(3)
+    # a wins the geomean (2.0 x 4.0 x 8.0); b is 10 % faster at N = 1024 only, c 2 % faster at 16k (under the 3 %)
+    timer = FakeTimer({a: [2.0, 4.0, 8.0], b: [1.8, 5.0, 12.0], c: [2.5, 4.5, 7.85]})
+    result = search(CAUSAL, "a100", DType.bf16, 128, shapes, timer=timer, budget_s=60, compile=False,
+                    verifier=fake_verifier(set()), max_candidates=3)
+    by_label = {r.label: r for r in result.candidates}
+    assert result.winner_label == a
+    assert [(line.condition, line.params) for line in result.winner_by_size] == [
+        ("N <= 1024", {k: v for k, v in by_label[b].params.items() if by_label[a].params.get(k) != v})]
+    # c 5 % faster at 16k: a range at the long end too
+    timer = FakeTimer({a: [2.0, 4.0, 8.0], b: [1.8, 5.0, 12.0], c: [2.5, 4.5, 7.6]})
+    result = search(CAUSAL, "a100", DType.bf16, 128, shapes, timer=timer, budget_s=60, compile=False,
+                    verifier=fake_verifier(set()), max_candidates=3)
+    assert [line.condition for line in result.winner_by_size] == ["N <= 1024", "N > 4096"]
+    # stored with the winner, and read back as the tuned choice's `Params when` lines
+    record_winner(result, tmp_path)
+    assert [line.condition for line in load_tuned("a100", tmp_path).entries["bf16/causal/d128"].by_size] == [
+        "N <= 1024", "N > 4096"]
+    choice = choose_params_with_source(CAUSAL, "a100", DType.bf16, 128, tuned_dir=tmp_path)
+    assert choice.source == "tuned" and [line.condition for line in choice.by_size] == ["N <= 1024", "N > 4096"]
+    assert choose_size_params(CAUSAL, "a100", DType.bf16, 128) == []  # the packaged choice has none on the A100

@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field
 from flashgen.errors import UsageError
 from flashgen.harness.bench import geomean, shape_text
 from flashgen.translators.params import TunedEntry, load_tuned, save_tuned, tuned_key
+from flashgen.tl_spec.ast import SizeParams
 from flashgen.translators.search import CandidateRecord, build_sources, resolve_target, screen_candidates
 from flashgen.variant import DType, Shape, Variant
 
@@ -55,6 +56,8 @@ class SearchResult(BaseModel):
     winner: dict[str, int] | None = None
     winner_label: str | None = None
     winner_geomean_ms: float | None = None
+    winner_by_size: list[SizeParams] = Field(default_factory=list, description="tiles that beat the winner at the "
+                                             "shortest or longest sequence lengths timed (`Params when` lines)")
     timer: str = Field(description="'gpu-worker' for real GPU timings, else the fake's name")
     environment: dict[str, Any] | None = Field(default=None, description="GPU name, driver, CUDA, torch, nvcc "
                                                "versions when the timer ran on a GPU")
@@ -254,6 +257,49 @@ def pick_winner(records: Sequence[CandidateRecord]) -> CandidateRecord | None:
     return min(timed, key=lambda r: r.geomean_ms) if timed else None
 
 
+#: how much faster than the winner another candidate must be at the ends of the lengths timed to get its own range
+BY_SIZE_MIN_GAIN = 0.03
+
+
+def pick_by_size(records: Sequence[CandidateRecord], winner: CandidateRecord, shapes: Sequence[Shape],
+                 min_gain: float = BY_SIZE_MIN_GAIN) -> list[SizeParams]:
+    """Tiles for ranges of sequence lengths over the winner's: at the shortest N timed (and the longer Ns that the
+    same candidate wins), and at the longest, the live candidate fastest there (geomean over that N's shapes) where
+    it beats the winner by more than `min_gain`, as `Params when N <= ...` / `Params when N > ...` lines (the
+    params where it differs from the winner). The bound is the last N of the range timed: lengths between two
+    timed ones take the shorter's tiles."""
+    timed = [r for r in records if r.alive and r.geomean_ms is not None]
+    lengths = sorted({s.N for s in shapes})
+    if len(lengths) < 2:
+        return []
+
+    def at(record: CandidateRecord, n: int) -> float:
+        return geomean([record.times_ms[shape_text(s)] for s in shapes if s.N == n])
+
+    def fastest(n: int) -> CandidateRecord:
+        return min(timed, key=lambda r: at(r, n))
+
+    def gains(record: CandidateRecord, n: int) -> bool:
+        return record is not winner and at(record, n) < (1 - min_gain) * at(winner, n)
+
+    def line(record: CandidateRecord, op: str, bound: int) -> SizeParams:
+        return SizeParams(size="N", op=op, bound=bound,
+                          params={k: v for k, v in record.params.items() if winner.params.get(k) != v})
+
+    lines, low, high = [], 0, len(lengths)
+    short = fastest(lengths[0])
+    while low < len(lengths) - 1 and gains(short, lengths[low]):
+        low += 1
+    if low:
+        lines.append(line(short, "<=", lengths[low - 1]))
+    long = fastest(lengths[-1])
+    while high - 1 > low and gains(long, lengths[high - 1]):
+        high -= 1
+    if high < len(lengths):
+        lines.append(line(long, ">", lengths[high - 1]))
+    return [one for one in lines if one.params]
+
+
 def search(variant: Variant, target, dtype: DType, head_dim: int, shapes: Sequence[Shape], *, timer: Timer,
            budget_s: float, verifier: Verifier | None = None, batch_size: int = 4, max_candidates: int | None = None,
            compile: bool = True, jobs: int | None = None,
@@ -286,6 +332,7 @@ def search(variant: Variant, target, dtype: DType, head_dim: int, shapes: Sequen
     best = pick_winner(records)
     if best is not None:
         result.winner, result.winner_label, result.winner_geomean_ms = dict(best.params), best.label, best.geomean_ms
+        result.winner_by_size = pick_by_size(records, best, shapes)
     result.seconds = round(time.monotonic() - started, 3)
     return result
 
@@ -303,7 +350,7 @@ def record_winner(result: SearchResult, directory: Path | None = None) -> Path:
                                     "git_commit") if env.get(k) is not None}
     entry = TunedEntry(params=dict(result.winner), arch=result.arch, geomean_ms=best.geomean_ms,
                        times_ms=dict(best.times_ms), candidates_timed=len(result.timed), date=result.created[:10],
-                       gpu=env.get("gpu"), versions=versions, timer=result.timer)
+                       gpu=env.get("gpu"), versions=versions, timer=result.timer, by_size=result.winner_by_size)
     tuned = load_tuned(result.target, directory)
     tuned.entries[tuned_key(DType(result.dtype), Variant.model_validate(result.variant_fields), result.head_dim)] = entry
     return save_tuned(tuned, directory)

@@ -168,6 +168,8 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"no candidate was verified and timed within {budget:g} s; nothing chosen")
         console.print(f"winner: {result.winner_label} at {result.winner_geomean_ms:.4g} ms geomean over "
                       f"{len(result.shapes)} shapes")
+        for line in result.winner_by_size:
+            console.print(f"  and at {line.condition}: " + ", ".join(f"{k}={v}" for k, v in line.params.items()))
         if write:
             path = record_winner(result)
             console.print(f"wrote {path}")

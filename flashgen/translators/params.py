@@ -137,6 +137,8 @@ class TunedEntry(BaseModel):
     gpu: str | None = Field(description="the device's own name, as the GPU worker read it")
     versions: dict[str, Any] = Field(default_factory=dict, description="driver, CUDA runtime, torch, nvcc")
     timer: str = Field(description="what timed it: 'gpu-worker' for a real run")
+    by_size: list[SizeParams] = Field(default_factory=list, description="tiles that beat `params` at the shortest or "
+                                      "longest lengths timed (`Params when` lines; flashgen.harness.tune.pick_by_size)")
 
 
 class TunedFile(BaseModel):
@@ -252,7 +254,8 @@ def choose_params_with_source(variant: Variant, target: Target | str, dtype: DTy
             where = f"flashgen/translators/tuned/{path.name}" if path.parent == TUNED_DIR else str(path)
             return ParamsChoice(params=_with_schedule(entry.params, variant), source="tuned",
                                 detail=f"{where} [{key_text}]: {entry.geomean_ms:.4g} ms "
-                                       f"geomean on {entry.gpu or gpu}, {entry.date}")
+                                       f"geomean on {entry.gpu or gpu}, {entry.date}",
+                                by_size=[line for line in entry.by_size if fits({**entry.params, **line.params})])
     order = launch_order(variant)
     # The tables hold the native head dims, and a few others where the native entry does not fit their budget
     # (checked with ptxas); any other head dim takes the entry of the nearest native one at or above it.
