@@ -166,7 +166,7 @@ def default_cases(manifest: KernelManifest) -> list[CheckCase]:
         cases += [CheckCase(name="alibi_slopes_h", shape=shape(2, rows[0], 190), alibi_slopes="H"),
                   CheckCase(name="alibi_slopes_bh", shape=shape(3, rows[1], 129), layout="bnhd", alibi_slopes="BH")]
     # A kernel whose launches change with the sizes (tiles per sequence length, Launch.when) runs at each bound and
-    # on either side of it, so that every launch is verified (N != M at the bound's neighbours: the tails)
+    # on either side of it, so that every launch is verified (M = N + 37 at even N: N != M on one side or the other)
     for name, values in sorted(manifest.size_bounds.items()):
         for value in sorted(v for v in values if v >= 1):
             if name == "N":
