@@ -116,6 +116,8 @@ def register(app: typer.Typer) -> None:
         title = f"{variant.name} {dt.value} d{head_dim} on {target.name} ({target.arch})"
         console.print(f"today's choice for {title}: {_label(choice.params)} from {choice.source} "
                       f"({choice.detail})")
+        for line in choice.by_size:
+            console.print(f"  and at {line.condition}: {_label({**choice.params, **line.params})}")
 
         if not have_gpu():
             if write:
