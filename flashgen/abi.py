@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
-from flashgen.operators import SIZE_BINARY, SIZE_FUNCTIONS, UNARY
+from flashgen.operators import BINARY, COMPARISONS, SIZE_BINARY, SIZE_FUNCTIONS, UNARY
 from flashgen.variant import DType, Variant, head_dim_v_problem
 
 ABI_HEADER = Path(__file__).parent / "include" / "flashgen_abi.cuh"
@@ -336,9 +336,8 @@ def eval_size(expr: str, sizes: dict[str, int]) -> int:
     return result
 
 
-_COMPARISON = re.compile(r"^(.*?)\s*(<=|>=|==|!=|<|>)\s*(.*)$")
-#: what each comparison of a launch's `when` means (flashgen.operators' comparisons, on integers)
-_COMPARE = {"<=": int.__le__, ">=": int.__ge__, "==": int.__eq__, "!=": int.__ne__, "<": int.__lt__, ">": int.__gt__}
+# the two-character comparisons first, so that `<=` is not read as `<` and `=...`
+_COMPARISON = re.compile(r"^(.*?)\s*(" + "|".join(sorted(COMPARISONS, key=len, reverse=True)) + r")\s*(.*)$")
 
 
 def condition_parts(text: str) -> list[tuple[str, str, str]]:
@@ -359,7 +358,8 @@ def condition_parts(text: str) -> list[tuple[str, str, str]]:
 
 def eval_condition(text: str, sizes: dict[str, int]) -> bool:
     """Whether a launch condition holds at these sizes (each comparison's sides by eval_size)."""
-    return all(_COMPARE[op](eval_size(left, sizes), eval_size(right, sizes)) for left, op, right in condition_parts(text))
+    return all(BINARY[op].scalar(eval_size(left, sizes), eval_size(right, sizes))
+               for left, op, right in condition_parts(text))
 
 
 # ------------------------------------------------------------------ the manifest in words, for a model

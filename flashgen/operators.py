@@ -82,6 +82,13 @@ BINARY: dict[str, Operator] = {op.symbol: op for op in (
     Operator("or", 2, 1, lambda a, b: a or b, np.logical_or, "||", C_OR),
 )}
 
+#: the comparisons, with what `not (a OP b)` is (NEGATED), what `b OP a` is as `a OP' b` (MIRRORED) and the short name
+#: generated names spell each with (NAMES: the interval functions fg::iv::lt..., kernels' size-range suffixes)
+COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+MIRRORED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+NAMES = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+
 UNARY: dict[str, Operator] = {op.symbol: op for op in (
     Operator("-", 1, 7, lambda a: -a, lambda a: -a, "-", C_UNARY),
     Operator("not", 1, 3, lambda a: not a, np.logical_not, "!", C_UNARY),

@@ -393,9 +393,8 @@ class TargetDecl(Node):
 #: the params a `Params when ...` line may set for a range of sizes: the tile shape and schedule, which change how
 #: the kernel computes, never what (a param an expression reads stays one value at every size)
 TILE_PARAMS = ("BLOCK_M", "BLOCK_N", "WARPS", "STAGES", "Q_IN_REGS", "GROUP_HEADS")
-#: the sizes a `Params when` condition compares, and the comparisons (their negations: the other classes' conditions)
+#: the sizes a `Params when` condition compares
 SIZE_CONDITION_NAMES = ("B", "H", "KVH", "N", "M")
-NEGATED_COMPARISON = {"<=": ">", "<": ">=", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 
 
 class SizeParams(Node):
@@ -414,7 +413,7 @@ class SizeParams(Node):
 
     @property
     def negation(self) -> str:
-        return f"{self.size} {NEGATED_COMPARISON[self.op]} {self.bound}"
+        return f"{self.size} {operators.NEGATED[self.op]} {self.bound}"
 
     def holds(self, sizes: dict[str, int]) -> bool:
         from flashgen.abi import eval_condition

@@ -21,6 +21,7 @@ from lark.exceptions import (
 from pydantic import ValidationError
 
 from flashgen.abi import DEFAULT_FILL
+from flashgen import operators
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.diagnostics import Diagnostic, TLSyntaxError
 from flashgen.variant import DType, Norm, Variant
@@ -388,11 +389,11 @@ def _size_params(condition: Any, params: dict[str, int], col: int) -> ast.SizePa
     form = "`Params when N <= 1024: BLOCK_M = 128, WARPS = 8` (one comparison of B, H, KVH, N or M with an integer)"
     if not params:
         raise _Diag(col, "`Params when` sets no params", form)
-    if not (isinstance(condition, ast.Binary) and condition.op in ast.NEGATED_COMPARISON):
+    if not (isinstance(condition, ast.Binary) and condition.op in operators.COMPARISONS):
         raise _Diag(col, "a `Params when` condition is one comparison", form)
     left, right, op = condition.left, condition.right, condition.op
     if isinstance(left, ast.Num) and isinstance(right, ast.Name):  # 1024 >= N reads N <= 1024
-        left, right, op = right, left, {"<": ">", "<=": ">=", ">": "<", ">=": "<="}.get(op, op)
+        left, right, op = right, left, operators.MIRRORED[op]
     if not (isinstance(left, ast.Name) and left.id in ast.SIZE_CONDITION_NAMES and isinstance(right, ast.Num)
             and float(right.value).is_integer() and right.value >= 0):
         raise _Diag(col, "a `Params when` condition compares a size with a non-negative integer", form)

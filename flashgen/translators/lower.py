@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict
 from flashgen.abi import KernelManifest
 from flashgen.errors import UsageError
 from flashgen.targets import Target, resolve_target
+from flashgen import operators
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.printer import format_expr, format_program
 from flashgen.translators import tiles
@@ -1487,9 +1488,6 @@ def translate(program: ast.Program, target: Any, *, name: str | None = None, fas
     return Translation(source=source, manifest=manifest, plan=plan, notes=notes)
 
 
-_COMPARISON_TAGS = {"<=": "le", "<": "lt", ">=": "ge", ">": "gt", "==": "eq", "!=": "ne"}
-
-
 def _translate_by_size(program: ast.Program, target: Any, *, name: str | None, fast_math: bool,
                        backend: str | None) -> Translation:
     """A program with `Params when` lines: one kernel per range of sizes (ast.Program.size_classes), in one source
@@ -1500,7 +1498,7 @@ def _translate_by_size(program: ast.Program, target: Any, *, name: str | None, f
     base = translate(classes[-1][1], target, name=name, fast_math=fast_math, backend=backend)
     parts = []
     for line, (when, one) in zip(program.size_params, classes):
-        tag = f"{line.size.lower()}_{_COMPARISON_TAGS[line.op]}_{line.bound}"
+        tag = f"{line.size.lower()}_{operators.NAMES[line.op]}_{line.bound}"
         parts.append((when, line, translate(one, target, name=f"{base.plan.name}_{tag}", fast_math=fast_math,
                                             backend=backend)))
     kept = ("arch", "dtype", "head_dim", "head_dim_v", "variant", "workspace_floats", "num_splits", "mod_tensors")

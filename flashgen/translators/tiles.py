@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from flashgen import operators
 from flashgen.tl_spec import ast
 from flashgen.translators.plan import INTERVAL_NS
 
@@ -47,7 +48,7 @@ LIMIT = 1 << 62
 #: the C of each tile axis: (tile index, tile size, sequence length), as fg::iv::tile takes them
 AXES = {"q": ("m_block", "BLOCK_M", "seqlen_q"), "k": ("n_block", "BLOCK_N", "seqlen_k")}
 _POSITIONS = {"q_idx": "q", "k_idx": "k"}
-_COMPARISONS = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
+_COMPARISONS = operators.NAMES  # comparison -> the fg::iv function's name (lt, le, ...)
 _LOGIC = {"and": "and_", "or": "or_"}
 
 
@@ -239,8 +240,6 @@ def _cond(op: str, *args: Any, name: str | None = None) -> Cond:
     if op == "cmp":
         a, b = args
         if a.op == b.op == "const":
-            from flashgen import operators
-
             return _known(bool(operators.BINARY[{v: k for k, v in _COMPARISONS.items()}[name]].scalar(a.value,
                                                                                                         b.value)))
         return Cond("cmp", args, name=name)
