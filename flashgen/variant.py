@@ -178,6 +178,11 @@ class Shape(BaseModel):
         """V's and O's head dim: DV, or D where it is not given."""
         return self.D if self.DV is None else self.DV
 
+    @property
+    def sizes(self) -> dict[str, int]:
+        """The sizes by the names size expressions and conditions use (B, H, KVH, N, M, D)."""
+        return {"B": self.B, "H": self.H, "KVH": self.kv_heads, "N": self.N, "M": self.M, "D": self.D}
+
     @model_serializer(mode="wrap")
     def _unset_dv_left_out(self, handler):
         data = handler(self)

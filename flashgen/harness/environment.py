@@ -352,14 +352,10 @@ class Environment:
         """Why the reference translator would refuse this program on `target` (its plan against the backend's
         limits: stages, shared memory, the path's own rules), in one line; None where it would translate. Lowers
         and validates only, without writing the CUDA."""
-        from flashgen.translators.lower import lower
-        from flashgen.translators.render import validate_plan
+        from flashgen.translators.lower import check_translates
 
         try:
-            program = self.parse(tl_text)
-            for _when, one in program.size_classes():
-                plan, _notes = lower(one, target)
-                validate_plan(plan)
+            check_translates(self.parse(tl_text), target)
         except FlashgenError as exc:
             return " ".join(str(exc).split())
         return None
@@ -458,13 +454,13 @@ class Environment:
         """(CUDA source, manifest, full TL) of the library's program for `target` at the first parameter choice,
         through the reference translator: the expert provider's first answer. Raises FlashgenError (one line) for a
         combination the translator cannot build."""
-        from flashgen.translators.params import choose_params
+        from flashgen.translators.params import choose_params_with_source
 
         dims = {"head_dim_v": head_dim_v} if head_dim_v is not None else {}
         self.check_supported(variant, target, dtype, head_dim, **dims)
-        params = dict(choose_params(variant, target.name, dtype, head_dim, **dims))
-        tl = self.library_tl(variant, target, dtype, head_dim, form="full", params=params, **dims,
-                             size_params=self.size_params(variant, target.name, dtype, head_dim, **dims))
+        choice = choose_params_with_source(variant, target.name, dtype, head_dim, **dims)
+        tl = self.library_tl(variant, target, dtype, head_dim, form="full", params=dict(choice.params), **dims,
+                             size_params=choice.by_size)
         source, manifest = self.translate(tl, target)
         return source, manifest, tl
 

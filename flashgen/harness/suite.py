@@ -224,13 +224,10 @@ def interpreted_counts(program, variant: Variant, shape: Shape) -> OpCounts:
     times row blocks; the causal staircase sums to a quadratic too), so they are interpreted at three
     small lengths, extrapolated, and the extrapolation is checked exactly at a fourth; a program whose
     counts are not quadratic is interpreted at the full length instead."""
-    from flashgen.abi import eval_condition
     from flashgen.tl_spec.interpreter import interpret
 
     n = shape.N
-    # tiles per range of sizes: the range's program at every length the fit interprets (the kernel `shape` runs)
-    sizes = {"B": shape.B, "H": shape.H, "KVH": shape.kv_heads, "N": shape.N, "M": shape.M}
-    program = next(one for when, one in program.size_classes() if when is None or eval_condition(when, sizes))
+    program = program.at_sizes(shape.sizes)  # tiles per range of sizes: `shape`'s, at every length the fit interprets
     group = lambda length: Shape(B=1, H=variant.kv_group, KVH=1, N=length, M=length, D=shape.D)
     factor = shape.B * shape.H / variant.kv_group
     bm, bn = int(program.params.get("BLOCK_M", 128)), int(program.params.get("BLOCK_N", 128))

@@ -283,8 +283,7 @@ def pick_by_size(records: Sequence[CandidateRecord], winner: CandidateRecord, sh
         return record is not winner and at(record, n) < (1 - min_gain) * at(winner, n)
 
     def line(record: CandidateRecord, op: str, bound: int) -> SizeParams:
-        return SizeParams(size="N", op=op, bound=bound,
-                          params={k: v for k, v in record.params.items() if winner.params.get(k) != v})
+        return SizeParams.over("N", op, bound, record.params, winner.params)
 
     lines, low, high = [], 0, len(lengths)
     short = fastest(lengths[0])

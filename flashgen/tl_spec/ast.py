@@ -399,8 +399,9 @@ SIZE_CONDITION_NAMES = ("B", "H", "KVH", "N", "M")
 
 class SizeParams(Node):
     """`Params when N <= 1024: BLOCK_M = 128, WARPS = 8`: tile params that replace the `Params` line's at the
-    sizes where the condition holds (the first such line that holds wins). `condition` is one comparison of a size
-    with an integer, as text (`N <= 1024`: flashgen.abi.eval_condition reads it, the manifest's Launch.when)."""
+    sizes where the condition holds (the first such line that holds wins: Program.at_sizes). `condition` is one
+    comparison of a size with an integer, as text (`N <= 1024`: flashgen.abi.eval_condition reads it, the
+    manifest's Launch.when)."""
 
     size: str
     op: str
@@ -415,10 +416,10 @@ class SizeParams(Node):
     def negation(self) -> str:
         return f"{self.size} {operators.NEGATED[self.op]} {self.bound}"
 
-    def holds(self, sizes: dict[str, int]) -> bool:
-        from flashgen.abi import eval_condition
-
-        return eval_condition(self.condition, sizes)
+    @classmethod
+    def over(cls, size: str, op: str, bound: int, tiles: dict[str, int], base: dict[str, int]) -> SizeParams:
+        """The line that gives a range `tiles` on top of `base`: the params where the two differ."""
+        return cls(size=size, op=op, bound=bound, params={k: v for k, v in tiles.items() if base.get(k) != v})
 
 
 class Program(Node):
@@ -431,13 +432,17 @@ class Program(Node):
     size_params: list[SizeParams] = Field(default_factory=list)
     body: list[Stmt] = Field(default_factory=list)
 
+    def at_sizes(self, sizes: dict[str, int]) -> Program:
+        """The program of the range these sizes (B, H, KVH, N, M) fall in (size_classes): the first `Params when`
+        line's that holds there, else the `Params` line's."""
+        from flashgen.abi import eval_condition
+
+        return next(one for when, one in self.size_classes() if when is None or eval_condition(when, sizes))
+
     def params_at(self, sizes: dict[str, int]) -> dict[str, int]:
-        """The params at these sizes (B, H, KVH, N, M): the `Params` line's, with the first `Params when` line
-        that holds there laid over them."""
-        for line in self.size_params:
-            if line.holds(sizes):
-                return {**self.params, **line.params}
-        return dict(self.params)
+        """The params at these sizes: the `Params` line's, with the first `Params when` line that holds there laid
+        over them."""
+        return dict(self.at_sizes(sizes).params)
 
     def size_classes(self) -> list[tuple[str | None, Program]]:
         """One program per range of sizes, each with its params and no `Params when` lines, and the condition of

@@ -175,8 +175,7 @@ class _Run:
             if (bound := getattr(program.variant, side)) is not None:
                 self.constants[side] = int(bound)
         # the tile params at this shape (a `Params when` line's where one holds): the tiles the kernel runs them with
-        self.constants.update(program.params_at({"B": shape.B, "H": shape.H, "KVH": shape.kv_heads, "N": shape.N,
-                                                 "M": shape.M}))
+        self.constants.update(program.params_at(shape.sizes))
         self.G = 1
         self.scalars: dict[str, Any] = {}
         self.locals: dict[str, _Buffer] = {}

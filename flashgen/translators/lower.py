@@ -1456,6 +1456,17 @@ def lower(program: ast.Program, target: Any, *, name: str | None = None,
     return plan, lowering.notes
 
 
+def check_translates(program: ast.Program, target: Any, *, name: str | None = None) -> None:
+    """Lower each range's program (ast.Program.size_classes) and check its plan against the backend's limits
+    (render.validate_plan: stages, shared memory, the path's own rules) without writing the CUDA; raises the
+    FlashgenError (UnsupportedConstruct, UsageError) that translating would."""
+    from flashgen.translators.render import validate_plan
+
+    for _when, one in program.size_classes():
+        plan, _notes = lower(one, target, name=name)
+        validate_plan(plan)
+
+
 def translate(program: ast.Program, target: Any, *, name: str | None = None, fast_math: bool = False,
               backend: str | None = None) -> Translation:
     """Full TL program -> CUDA source + KernelManifest (+ the plan and notes). `backend` names a code path other

@@ -272,8 +272,7 @@ def choose_params_with_source(variant: Variant, target: Target | str, dtype: DTy
                                    ("defaults", backend.defaults, (dtype.value, d))):
             found = table.get(key)
             if found is not None and fits(found):
-                by_size = [SizeParams(size=size, op=op, bound=bound,
-                                      params={k: v for k, v in tiles.items() if found.get(k) != v})
+                by_size = [SizeParams.over(size, op, bound, tiles, found)
                            for size, op, bound, tiles in backend.measured_by_size.get(key, ()) if fits(tiles)] \
                     if source == "measured" else []
                 return ParamsChoice(params=_with_schedule(found, variant), source=source,  # type: ignore[arg-type]

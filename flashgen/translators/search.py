@@ -102,10 +102,9 @@ def screen_candidates(variant: Variant, target, dtype: DType, head_dim: int,
     from flashgen.tl_spec import library, parse
     from flashgen.tl_spec.checker import check
     from flashgen.tl_spec.diagnostics import errors_only
-    from flashgen.translators import lower
+    from flashgen.translators.lower import check_translates
     from flashgen.translators.backends import backend_for
     from flashgen.translators.params import default_group_heads
-    from flashgen.translators.render import validate_plan
 
     target = resolve_target(target)
     dtype = DType(getattr(dtype, "value", dtype))
@@ -134,8 +133,7 @@ def screen_candidates(variant: Variant, target, dtype: DType, head_dim: int,
         name = kernel_name(variant, dtype, head_dim, target.arch, params, head_dim_v)
         try:
             # the translator's plan and render's limits (stages, shared memory), without writing the CUDA yet
-            plan, _notes = lower(parse(tl, "kernel.tl"), target, name=name)
-            validate_plan(plan)
+            check_translates(parse(tl, "kernel.tl"), target, name=name)
         except FlashgenError as exc:
             record.dropped = f"render: {exc}"
             dropped.append(record)
