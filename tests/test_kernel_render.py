@@ -177,16 +177,49 @@ def test_sm90_one_consumer_warpgroup_puts_two_ctas_on_an_sm():
         render(too_big)
 
 
+def test_sm90_pingpong_where_a_score_function_reads_positions_per_score():
+    """The consumer warpgroups take turns at the tensor cores (named barriers past the epilogue's) where a score
+    function computes on positions for every score and D + Dv <= 256 (ALiBi, a relative-position bias at d64 and
+    d128; NOTES.md, session 12); not for plain, softcap, d256, nor cos(k_idx) once its key-only term is shared."""
+    from flashgen.translators.backends.sm90 import kernel
+
+    def plan(variant, d, **update):
+        return plan_for_variant(variant, "h200", DType.bf16, d, backend="sm90").model_copy(update=update)
+
+    cos = ScoreMod(name="cos", expr="s + 0.25f * cosf((float)kpos)", uses_positions=True,
+                   key_terms=("cosf((float)kpos)",))
+    relative = ScoreMod(name="relative", expr="s - 0.125f * (float)(qpos + diag - kpos)", uses_positions=True)
+    on = [plan(Variant(alibi=True), 128), plan(Variant(causal=True, alibi=True), 64), plan(Variant(), 128,
+                                                                                         score_mods=[relative])]
+    off = [plan(Variant(), 128), plan(Variant(causal=True), 64), plan(Variant(softcap=30.0), 128),
+           plan(Variant(alibi=True), 256), plan(Variant(), 128, score_mods=[cos])]
+    assert [kernel.schedule(p)["pingpong"] for p in on] == [True] * len(on)
+    assert [kernel.schedule(p)["pingpong"] for p in off] == [False] * len(off)
+    with kernel.schedule_overrides(share_key_terms=False):  # cos on every score: positions per score again
+        assert kernel.schedule(off[-1])["pingpong"]
+    for p in on:
+        source, _ = render(p)
+        consumers = kernel.consumers(p)
+        assert "constexpr int PINGPONG_BAR0 = 1 + CONSUMERS;" in source and 2 * consumers <= 15  # 16 named barriers
+        # every warpgroup takes as many turns as it passes: one per key tile in the loop, one for the last P V,
+        # one for a tile without keys
+        assert source.count("my_turn();") == source.count("your_turn();") - 1 == 3
+    for p in off:
+        assert "PINGPONG_BAR0" not in render(p)[0]
+
+
 @needs_nvcc
 def test_sm90_production_kernels_keep_their_wgmma_asynchronous():
-    """The Hopper path's own kernels at the tiles the tables give (plain and causal at d64, d128 and d256, and a
-    window of 256), compiled for sm_90a: ptxas must not serialize their wgmma (its C75xx lines "wgmma.mma_async
+    """The Hopper path's own kernels at the tiles the tables give (plain and causal at d64, d128 and d256, a
+    window of 256, ALiBi's ping-pong at d64 and d128), compiled for sm_90a: ptxas must not serialize their wgmma (its C75xx lines "wgmma.mma_async
     instructions are serialized"). That happens, silently but for an info line, when a wgmma or a write of its
     registers sits on a data-dependent branch, and it cost a session-9 build 20-30 % everywhere
     (benchmarks/kernel_dev/NOTES.md). No spills either."""
-    variants = {"plain": Variant(), "causal": Variant(causal=True), "window": Variant(causal=True, window=256)}
+    variants = {"plain": Variant(), "causal": Variant(causal=True), "window": Variant(causal=True, window=256),
+                "alibi": Variant(alibi=True)}  # ALiBi's consumer warpgroups take turns (ping-pong)
+    dims = {"plain": (64, 128, 256), "causal": (64, 128, 256), "window": (128,), "alibi": (64, 128)}
     plans = [plan_for_variant(v, "h200", DType.bf16, d, name=f"h_{kind}_{d}", backend="sm90")
-             for kind, v in variants.items() for d in ((64, 128, 256) if kind != "window" else (128,))]
+             for kind, v in variants.items() for d in dims[kind]]
     with ThreadPoolExecutor(2) as pool:  # one source each: every sm90 kernel carries its own wgmma wrappers
         results = list(pool.map(lambda plan: _compile("sm_90a", [plan]), plans))
     for plan, result in zip(plans, results):

@@ -109,6 +109,14 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # Session 11: L2 = the l2_groups switch: grid_groups of as many pairs as keep their K and V within half
              # the L2 (ncu, causal d128 N = 1k: 2.1x cuDNN's DRAM bytes, L2 hit 43 % against 61 %).
              "L2": dict(options=dict(l2_groups=True)),
+             # Session 12: PP = the pingpong switch: the consumer warpgroups take turns issuing their GEMMs (named
+             # barriers), for the variants whose softmax phase is longer than plain's (ALiBi, softcap, cos).
+             "PP": dict(options=dict(pingpong=True)),
+             # VW = the production order but V's wait before the fence (as PP has it): ptxas then injects no
+             # warpgroup.arrive (C7519) between the S and P V wgmmas; separates that from the turns.
+             "VW": dict(source_sub={
+                 "        fg::wgmma::fence();\n        issue_qk(s);\n        fg::mbar::wait(&v_full[s_prev], phase_prev);\n":
+                 "        fg::mbar::wait(&v_full[s_prev], phase_prev);\n        fg::wgmma::fence();\n        issue_qk(s);\n"}),
              "AF": dict(source_sub={
                  "const int k_row0 = n_block * BLOCK_N;":
                      "const int k_row0 = n_block * BLOCK_N;\n      const float k_row0f = (float)k_row0;",
@@ -130,6 +138,9 @@ SWEEP = {(64, True): ((128, 128, 2), (192, 64, 2), (64, 128, 2)), (64, False): (
 # TMA), for a choice by N (session 6: 128x64 +34 % at N = 512, -9 % at 16k).
 # Session 6: the variants suite's kernels (bf16 d128), at the tiles the production rules give them (None).
 VARIANTS = {"softcap30": Variant(softcap=30.0), "alibi": Variant(alibi=True), "window256": Variant(causal=True, window=256)}
+# Session 12: ALiBi at the other head dims (d64's three consumer warpgroups, d256's 64-key tiles) and causal, for PP.
+VARIANT_DIMS = {"alibi": (64, 128, 256), "causal_alibi": (64, 128, 256)}
+VARIANTS["causal_alibi"] = Variant(causal=True, alibi=True)
 # Session 7: the mods suite's kernels (flashgen.harness.suite.MOD_SUITE, as `flashgen generate` builds them: the
 # library's TL with the functions written in), bf16 d128 at the production tiles, named SCHED_NAME_bf16_d128; those
 # without call-time tensors (hopper_dev.py and ncu_dev.py pass none).
@@ -147,7 +158,8 @@ def configs():
 
     for sched in SCHEDULES:
         for kind, variant in VARIANTS.items():
-            yield f"{sched}_{kind}_bf16_d128", variant, DType.bf16, 128, None, sched
+            for d in VARIANT_DIMS.get(kind, (128,)):
+                yield f"{sched}_{kind}_bf16_d{d}", variant, DType.bf16, d, None, sched
         for mod in MODS:
             yield f"{sched}_{mod}_bf16_d128", mod, DType.bf16, 128, None, sched
 

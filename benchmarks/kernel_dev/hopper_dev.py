@@ -166,9 +166,10 @@ def main() -> int:
             if entry["quick"]["ok"] and entry.get("verify", {}).get("ok", True) and args.bench:
                 entry["bench"] = bench(manifest, cubin, baselines=not args.no_baselines)
                 for r in entry["bench"]:
-                    print(f"  N={r['n']:6d} ours {r.get('ours_tflops', 0):6.1f}  cudnn {r.get('cudnn_tflops', 0):6.1f}  "
-                          f"flash {r.get('flash_tflops', 0):6.1f}  ratio/cudnn "
-                          f"{r.get('ours_tflops', 0) / max(r.get('cudnn_tflops', 1e-9), 1e-9):.3f}", flush=True)
+                    ours, cudnn = r.get("ours_tflops", 0), r.get("cudnn_tflops", 0)
+                    ratio = f"{ours / cudnn:.3f}" if cudnn else "-"  # no cuDNN reading (BASELINES=none)
+                    print(f"  N={r['n']:6d} ours {ours:6.1f}  cudnn {cudnn:6.1f}  "
+                          f"flash {r.get('flash_tflops', 0):6.1f}  ratio/cudnn {ratio}", flush=True)
         except Exception as exc:
             entry["error"] = f"{type(exc).__name__}: {exc}"
             entry["traceback"] = traceback.format_exc()[-3000:]

@@ -66,6 +66,7 @@ from flashgen.translators.cexpr import (
     to_poly,
 )
 from flashgen.translators.plan import (
+    POSITION_NAMES,
     SIZE_C,
     KernelPlan,
     Normalization,
@@ -822,7 +823,7 @@ class _Lowering:
             c, terms = (f"{c} + {term}" if rest.terms else term), (term, *terms)
         text = f"{st.stmt.target} = {format_expr(st.stmt.expr)}"
         return ScoreMod(name=f"TL line {_line(st.stmt)}: {text}", expr=c,
-                        uses_positions=bool(expression_names(c) & {"qpos", "kpos", "diag"}),
+                        uses_positions=bool(expression_names(c) & POSITION_NAMES),
                         key_terms=terms)
 
     def split_key_sum(self, poly: Poly) -> tuple[Poly, Poly | None]:

@@ -78,8 +78,10 @@ def choice_head_dim(head_dim: int, head_dim_v: int | None = None) -> int:
     its Q fragments and K tile, whichever is the wider, hold no more than that entry's); D without a Dv."""
     return head_dim if head_dim_v is None else max(head_dim, head_dim_v)
 
-EXPR_NAMES = frozenset({
-    "s", "qpos", "kpos", "diag", "head", "heads", "kv_head", "seqlen_q", "seqlen_k", "batch", "b",
+#: the names an expression reads a score's query or key position through (the kernel computes them per element)
+POSITION_NAMES = frozenset({"qpos", "kpos", "diag"})
+EXPR_NAMES = POSITION_NAMES | frozenset({
+    "s", "head", "heads", "kv_head", "seqlen_q", "seqlen_k", "batch", "b",
     "m_block", "n_block", "BLOCK_M", "BLOCK_N", "p",
 })
 #: the C of each size a call-time tensor's dim may name (flashgen.abi.MOD_TENSOR_SIZES; D is the kernel's constant)

@@ -22,7 +22,7 @@ from typing import ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from flashgen.targets import TARGETS, Target, gencode_flags
-from flashgen.translators.plan import KernelPlan, NormKind, padded_head_dim
+from flashgen.translators.plan import POSITION_NAMES, KernelPlan, NormKind, expression_names, padded_head_dim
 from flashgen.variant import SUPPORTED_HEAD_DIMS, DType, head_dim_problem, head_dims_tag
 
 BACKENDS_DIR = Path(__file__).resolve().parent
@@ -86,6 +86,15 @@ def score_exprs(plan: KernelPlan, term_slot: str, share_key_terms: bool = True) 
         exprs.append((expr, mod.name))
     return dict(score_exprs=exprs, key_terms=terms)
 
+
+
+def positions_per_score(plan: KernelPlan, share_key_terms: bool = True) -> bool:
+    """True when a score function still computes on a query or key position for every score once its key-only
+    calls are shared (score_exprs): ALiBi's distance, a relative-position bias; not `s + 0.25 * cos(k_idx)` with its
+    term shared, nor softcap. Such a softmax phase runs longer per score than plain's and than the overlap inside a
+    warpgroup hides."""
+    exprs = score_exprs(plan, "0", share_key_terms)["score_exprs"]
+    return any(expression_names(expr) & POSITION_NAMES for expr, _ in exprs)
 
 def score_units(plan: KernelPlan) -> dict:
     """How a template turns a score into the softmax's log2 units, decided once for every path: `softmax`;

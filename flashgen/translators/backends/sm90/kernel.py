@@ -16,7 +16,7 @@ import jinja2
 
 from flashgen.abi import KernelManifest, Launch, TensorMapSpec
 from flashgen.errors import UsageError
-from flashgen.translators.backends.base import SHARED_TEMPLATES, score_exprs, score_units
+from flashgen.translators.backends.base import SHARED_TEMPLATES, positions_per_score, score_exprs, score_units
 from flashgen.translators.backends.headers import inline_headers
 from flashgen.translators.backends.sm90.wgmma import wrappers
 from flashgen.translators.plan import KernelPlan, padded_head_dim
@@ -91,6 +91,7 @@ def schedule(plan: KernelPlan) -> dict:
                    # grid_groups of fewer pairs where their K and V would not fit half the L2 and the group still
                    # holds 3 rounds of tiles: causal bf16 d128 +7 / +17 / +5 % at N = 1k / 2k / 4k (NOTES.md, s11)
                    l2_groups=True,
+                   pingpong=None,  # None: the rule below
                    grid_groups=True)  # GROUP_HEADS = 0 in groups of gridDim.x pairs, so K/V stay in L2: causal
     # bf16 N = 512 d128 +13 %, d256 +8 %, d64 +2 %, d128 1k +7 %, window 256 +7-8 % (NOTES.md, session 8)
     # 85-131 -> 394-484 TF/s at N = 512..16k on the H200 (NOTES.md, session 7)
@@ -104,6 +105,15 @@ def schedule(plan: KernelPlan) -> dict:
         options["o_stage_chunks"] = fits[0]
     del options["o_chunked"]
     options["grid_groups"] = options["grid_groups"] and plan.group_heads == 0
+    if options["pingpong"] is None:
+        # The consumer warpgroups take turns at the tensor cores where a score function computes on positions per
+        # score (ALiBi) and the tile's GEMMs per score are D + Dv <= 256 wide: bf16 ALiBi d128 +5..8 % at N = 512 ..
+        # 4k, causal d128 +2..7 %, d64 (three warpgroups) +4..8 %; d256 -1..-3 %, its GEMMs already cover the
+        # softmax; plain d128 +1..2 % to 4k but -3..-4 % beyond, softcap (SFU-bound) and cos(k_idx) with its term
+        # shared level (NOTES.md, session 12).
+        options["pingpong"] = (plan.head_dim + plan.dv <= 256
+                               and positions_per_score(plan, options["share_key_terms"]))
+    options["pingpong"] = options["pingpong"] and consumers(plan) > 1  # turns need two warpgroups
     return options
 
 
@@ -114,9 +124,9 @@ _SCHEDULE_OVERRIDES: dict = {}
 @contextmanager
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
-    share_key_terms, grid_groups, snake_rounds, l2_groups) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
+    share_key_terms, grid_groups, snake_rounds, l2_groups, pingpong) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
     unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "grid_groups",
-                              "snake_rounds", "l2_groups"}
+                              "snake_rounds", "l2_groups", "pingpong"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)

@@ -549,8 +549,8 @@ fg_attn_fwd_plain_fp16_d64_sm_90(const FlashgenAttnParams p, const __grid_consta
       ++q_round;
       // Overlap inside the warpgroup (FA3's): S of the next key tile is issued before P V of this one, and its
       // softmax runs while that P V does; O's rescale and the packing of P wait for that P V (rescale_o_pack_p).
-      // +5..10 % over S, softmax, P V in turn (NOTES.md, session 4); the consumer warpgroups are not made to take
-      // turns (ping-pong on named barriers measured no better).
+      // +5..10 % over S, softmax, P V in turn (NOTES.md, session 4). With `pingpong` the consumer warpgroups also
+      // take turns at the tensor cores (my_turn, your_turn; kernel.schedule says for which kernels).
       int s = it % STAGES;
       fg::mbar::wait(&k_full[s], (it / STAGES) & 1);
       fg::wgmma::fence();
