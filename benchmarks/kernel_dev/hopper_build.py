@@ -124,8 +124,41 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
                      "const int kpos = k_row0 + (i >> 2) * 8 + 2 * t + (i & 1);\n"
                      "          const float kposf = k_row0f + (float)((i >> 2) * 8 + 2 * t + (i & 1));\n"
                      "          const float qposf = (float)(q_row0 + row0 + ((i >> 1) & 1) * 8 + diag);",
-                 "fabsf((float)(qpos + diag - kpos))": "fabsf(qposf - kposf)"})}
+                 "fabsf((float)(qpos + diag - kpos))": "fabsf(qposf - kposf)"}),
+             # Session 14: CW = cos as the SFU's cos.approx after a two-constant (Cody-Waite) reduction to
+             # [-pi, pi], branch-free, where cosf's range reduction wraps each call in a divergent region (BSSY /
+             # BSYNC, and Payne-Hanek's slow path through local memory) that nothing can be scheduled across.
+             "CW": dict(source_sub={"cosf(": "cos_cw("}, prelude=(
+                 "__device__ __forceinline__ float cos_cw(float x) {\n"
+                 "  const float k = rintf(x * 0.15915494309189535f);\n"
+                 "  float r = fmaf(-k, 6.28318548202514648f, x);\n"
+                 "  r = fmaf(-k, -1.7484555314695172e-7f, r);\n"
+                 "  return __cosf(r);\n}\n")),
+             # CWH = CW with the key terms of a tile computed before the wait for its S (they read positions only),
+             # so that they run under that tile's Q K^T instead of on the softmax's path.
+             "CWH": dict(transform=lambda source: hoist_key_terms(source.replace("cosf(", "cos_cw(")),
+                         prelude="CW")}
 RUN = ("cur",)  # the schedules built by default
+
+
+def hoist_key_terms(source: str) -> str:
+    """CWH: the key-terms block of scores_to_p as a lambda of its own (key_terms), called right before each wait
+    for a tile's S, its result in kt0 at the consumer's scope."""
+    start = source.index("      float kt0[BLOCK_N / 4];\n")
+    end = source.index("\n      auto elementwise")
+    block = source[start:end]
+    source = source[:start] + source[end:]
+    head = "    auto scores_to_p = [&](int n_block) {\n"
+    hoisted = ("    float kt0[BLOCK_N / 4];\n    auto key_terms = [&](int n_block) {\n"
+               "      const int k_row0 = n_block * BLOCK_N;\n"
+               + block.replace("      float kt0[BLOCK_N / 4];\n", "") + "\n    };\n")
+    assert source.count(head) == 1
+    source = source.replace(head, hoisted + head)
+    first = "      issue_qk(s);\n      fg::wgmma::wait<0>();\n"
+    loop = "        fg::wgmma::wait<1>();  // S landed; P V may still run\n"
+    assert source.count(first) == 1 and source.count(loop) == 1
+    source = source.replace(first, "      issue_qk(s);\n      key_terms(n_end - 1);\n      fg::wgmma::wait<0>();\n")
+    return source.replace(loop, "        key_terms(n_block);\n" + loop)
 
 
 # Session 4 run 3: tiles for the persistent, overlapped kernel, mostly the causal rows at small N.
@@ -202,12 +235,15 @@ def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
                 source, manifest = render(plan)
         finally:
             kernel._environment = saved_env
+    if "transform" in spec:
+        source = spec["transform"](source)
     for old, new in spec.get("source_sub", {}).items():
         assert old in source, (name, old)
         source = source.replace(old, new)
     if "prelude" in spec:  # after the includes: the first line that opens the kernel's namespace
+        prelude = SCHEDULES[spec["prelude"]]["prelude"] if spec["prelude"] in SCHEDULES else spec["prelude"]
         head, sep, rest = source.partition("\nnamespace ")
-        source = head + "\n" + spec["prelude"] + sep + rest
+        source = head + "\n" + prelude + sep + rest
     q_buffers = spec.get("flags", {}).get("q_buffers", 1)
     if q_buffers == 2:  # the second Q buffer is only used where it fits, as the session-4 template had it
         extra = plan.block_m * kernel.chunks(d) * 64 * dtype.itemsize + 16
