@@ -186,8 +186,8 @@ def test_sm90_pingpong_where_a_score_function_reads_positions_per_score():
     def plan(variant, d, **update):
         return plan_for_variant(variant, "h200", DType.bf16, d, backend="sm90").model_copy(update=update)
 
-    cos = ScoreMod(name="cos", expr="s + 0.25f * cosf((float)kpos)", uses_positions=True,
-                   key_terms=("cosf((float)kpos)",))
+    cos = ScoreMod(name="cos", expr="s + 0.25f * fg::cos_approx((float)kpos)", uses_positions=True,
+                   key_terms=("fg::cos_approx((float)kpos)",))
     relative = ScoreMod(name="relative", expr="s - 0.125f * (float)(qpos + diag - kpos)", uses_positions=True)
     on = [plan(Variant(alibi=True), 128), plan(Variant(causal=True, alibi=True), 64), plan(Variant(), 128,
                                                                                          score_mods=[relative])]

@@ -36,6 +36,7 @@ EXPRESSIONS = [
     "where(not (k_idx < 3) and q_idx != k_idx, 1, 0)",
     "1 / 3 + 2 + S * (log2e * ln2)",
     "-S * 1.5 + h * 2 - (q_idx - 2 * k_idx)",
+    "0.25 * cos(k_idx + 4096 * h) + sin(S)",
 ]
 
 
@@ -89,6 +90,31 @@ def test_compiled_c_matches_numpy_evaluation(tmp_path):
         atol = 30 * 2e-7 if "tanh" in text else 2e-6
         ok = both_inf | np.isclose(got[:, j], want, rtol=2e-6, atol=atol)
         assert ok.all(), f"{text} -> {compiled[j]}: C {got[~ok, j][:3]} vs numpy {want[~ok][:3]}"
+
+
+@pytest.mark.skipif(host_c.CXX is None, reason="needs g++")
+def test_the_range_reduction_of_cos_and_sin_keeps_the_phase(tmp_path):
+    """fg::cos_approx / fg::sin_approx reduce x by 2 pi in two FMAs (common.cuh's reduce_2pi, compiled here as it
+    is) before the SFU's cos.approx: the reduced argument's cos and sin, in fp64, stay within 3e-7 of x's below
+    2^24 (MUFU.COS adds its own 2^-21.4 on [-pi, pi]) and within 1e-5 below 2^31."""
+    rng = np.random.default_rng(1)
+    xs = np.concatenate([np.arange(0, 70000, 7), rng.uniform(-1e4, 1e4, 2000), rng.uniform(-2.0**24, 2.0**24, 2000),
+                         rng.uniform(-2.0**31, 2.0**31, 2000), [2.0**24 - 1, -3.0e6, 1.0e-3]]).astype(np.float32)
+    src = tmp_path / "reduce.cpp"
+    src.write_text(host_c.PRELUDE + "\nint main(void) {\n  float x;\n"
+                   '  while (scanf("%a", &x) == 1) printf("%a\\n", fg::reduce_2pi(x));\n  return 0;\n}\n')
+    exe = tmp_path / "reduce"
+    subprocess.run([*host_c.COMPILE, "-o", str(exe), str(src), "-lm"], check=True, capture_output=True)
+    run = subprocess.run([str(exe)], input="\n".join(float(x).hex() for x in xs), check=True, capture_output=True,
+                         text=True)
+    reduced = np.array([float.fromhex(line) for line in run.stdout.split()])
+    x64 = xs.astype(np.float64)
+    assert len(reduced) == len(xs) and np.abs(reduced).max() < 200  # a few turns at most, which MUFU.COS takes
+    for bound, tol in ((2.0**24, 3e-7), (2.0**31, 1e-5)):
+        near = np.abs(x64) < bound
+        for f in (np.cos, np.sin):
+            err = np.abs(f(reduced[near]) - f(x64[near]))
+            assert err.max() < tol, (f.__name__, bound, err.max(), x64[near][err.argmax()])
 
 
 def test_simplify_keeps_the_value():

@@ -112,11 +112,11 @@ SMALL = [Shape(B=2, H=2, KVH=2, N=77, M=133, D=64), Shape(B=1, H=2, KVH=2, N=70,
 def test_cos_and_sin_are_in_the_one_table_and_every_layer_reads_them_from_it():
     for name, fn in (("cos", math.cos), ("sin", math.sin)):
         f = operators.FUNCTIONS[name]
-        assert f.arity == 1 and f.sfu and f.c_float == (f"{name}f", f"__{name}f")
+        assert f.arity == 1 and f.sfu and f.c_float == (f"fg::{name}_approx", f"__{name}f")
         assert f.scalar(0.7) == fn(0.7) and np.allclose(f.array(np.array([0.7, 2.0])), [fn(0.7), fn(2.0)])
         expr = parse(f"Compute X = {name}(k_idx) * 0.5").body[0].expr
         env = CEnv(names={"k_idx": NameInfo("kpos", ctype="int", nonneg=True)})
-        assert compile_expr(expr, env) == f"{name}f((float)kpos) * 0.5f"
+        assert compile_expr(expr, env) == f"fg::{name}_approx((float)kpos) * 0.5f"
         assert np.allclose(evaluate(expr, {"k_idx": np.arange(4)}), 0.5 * np.array([fn(i) for i in range(4)]))
 
 
@@ -156,7 +156,7 @@ def test_cli_score_mod_generates_checks_and_compiles(gpu, dtype, arch, tmp_path)
     # value per score, at its accumulator loop's slot (sm90: i over a wgmma fragment; mma.sync: nt and c)
     slot = "(i >> 2) * 2 + (i & 1)" if arch == "sm_90" else "nt * 2 + (c & 1)"
     assert f"s = s + kt0[{slot}];" in cuda
-    assert cuda.count("= (0.25f * cosf((float)kpos));") == 1 and "mine[jj * 2 + c] = (0.25f * cosf((float)kpos));" in cuda
+    assert cuda.count("= (0.25f * fg::cos_approx((float)kpos));") == 1 and "mine[jj * 2 + c] = (0.25f * fg::cos_approx((float)kpos));" in cuda
     assert "s *= 1.4426950408889634f" not in cuda  # log2 e goes into the exponent's FFMA (mult)
     assert "cos(k_idx)" in cuda
     assert meta["mods"] == {"score_mod": SCORE, "mask_mod": None, "params": [], "tiles": None}
@@ -240,7 +240,7 @@ def test_the_api_takes_the_keywords_and_refuses_bad_ones_as_usage_errors(tmp_pat
     assert kernel.meta["mods"]["params"] == [["ALPHA", -0.5], ["STRIDE", 3]]
     assert "Compute S_r = (S_r - -0.5 * sin(h)) * log2e" in kernel.tl
     assert "Compute S_r = where(k_idx % 3 != 1, S_r, -inf)" in kernel.tl
-    assert "sinf((float)head)" in kernel.source and "kpos % 3 != 1" in kernel.source
+    assert "fg::sin_approx((float)head)" in kernel.source and "kpos % 3 != 1" in kernel.source
     assert kernel.manifest.reference_tl is not None
     _check_tl_against_numpy(kernel.tl, Variant(causal=True), lambda s, q, k, b, h: s + 0.5 * np.sin(h),
                             lambda q, k, b, h: k % 3 != 1, SMALL)
@@ -277,7 +277,7 @@ def test_the_interpreter_computes_the_functions_as_numpy_does(variant, gpu, dtyp
     shapes = [Shape(B=2, H=2 * group, KVH=2, N=77, M=133, D=64), Shape(B=1, H=2 * group, KVH=2, N=70, M=45, D=64)]
     _check_tl_against_numpy(tl, variant, _score, _mask, shapes)
     translation = translate(parse(tl), target)  # and every backend takes it
-    assert translation.manifest.reference_tl is not None and "cosf((float)kpos)" in translation.source
+    assert translation.manifest.reference_tl is not None and "fg::cos_approx((float)kpos)" in translation.source
 
 
 def test_the_roofline_counts_a_call_on_the_key_alone_once_a_column_and_any_other_once_a_score():
@@ -383,15 +383,15 @@ def test_the_per_tile_check_needs_a_mask_of_positions():
 
 @pytest.mark.parametrize("score_mod, terms", [
     # the key-only addends as one term, parenthesized (one FFMA a score for the whole sum)
-    ("s + 0.25 * cos(k_idx)", ("(0.25f * cosf((float)kpos))",)),
-    ("s * cos(k_idx)", ("cosf((float)kpos)",)),
-    ("s + cos(k_idx) + cos(k_idx)", ("(2.0f * cosf((float)kpos))",)),
-    ("s + cos(k_idx + h) + exp(-k_idx / M)", ("(cosf((float)(kpos + head)) + expf(-((float)kpos * tl_c0)))",)),
-    ("s * cos(k_idx) + cos(k_idx)", ("(cosf((float)kpos))", "cosf((float)kpos)")),
+    ("s + 0.25 * cos(k_idx)", ("(0.25f * fg::cos_approx((float)kpos))",)),
+    ("s * cos(k_idx)", ("fg::cos_approx((float)kpos)",)),
+    ("s + cos(k_idx) + cos(k_idx)", ("(2.0f * fg::cos_approx((float)kpos))",)),
+    ("s + cos(k_idx + h) + exp(-k_idx / M)", ("(fg::cos_approx((float)(kpos + head)) + expf(-((float)kpos * tl_c0)))",)),
+    ("s * cos(k_idx) + cos(k_idx)", ("(fg::cos_approx((float)kpos))", "fg::cos_approx((float)kpos)")),
     ("s + cos(q_idx)", ()),            # the row's: not a column's value
     ("s + cos(k_idx - q_idx)", ()),    # both positions
     ("s + abs(k_idx)", ()),            # no SFU function: nothing worth sharing
-    ("s + cos(s) * cos(k_idx)", ("cosf((float)kpos)",)),
+    ("s + cos(s) * cos(k_idx)", ("fg::cos_approx((float)kpos)",)),
 ])
 def test_calls_on_the_key_position_alone_are_found_as_they_appear_in_the_c(score_mod, terms):
     """ScoreMod.key_terms: the sum of the score's addends that read k_idx and block constants only and call an SFU
@@ -404,7 +404,7 @@ def test_calls_on_the_key_position_alone_are_found_as_they_appear_in_the_c(score
     target = env.target("h200")
     program = parse(reference_program(make_mods(score_mod=score_mod), Variant(), target, DType.bf16, 128, env))
     plan, _notes = lower(program, target)
-    (mod,) = [m for m in plan.score_mods if m.uses_positions or "cosf" in m.expr]
+    (mod,) = [m for m in plan.score_mods if m.uses_positions or "cos_approx" in m.expr]
     assert mod.key_terms == terms and all(term in mod.expr for term in terms), (mod.expr, mod.key_terms)
     if terms and terms[0].startswith("("):
         assert mod.expr.endswith(f" + {terms[0]}")
@@ -425,11 +425,11 @@ def test_shared_key_terms_render_once_per_column_and_warp_and_compile():
     with kernel.schedule_overrides(share_key_terms=False):
         plain_source, _ = build_mask_kernel("h200", "bf16", Variant(causal=True), 128, keywords)
     source, manifest = build_mask_kernel("h200", "bf16", Variant(causal=True), 128, keywords)
-    assert "cosf((float)(kpos + head))" in plain_source and "kt0" not in plain_source
+    assert "fg::cos_approx((float)(kpos + head))" in plain_source and "kt0" not in plain_source
     assert source.count("__shfl_sync(0xffffffffu, mine") == 2 and "float kt1[BLOCK_N / 4];" in source
-    assert "mine[jj * 2 + c] = (expf(" in source and "mine[jj * 2 + c] = cosf((float)(kpos + head));" in source
+    assert "mine[jj * 2 + c] = (expf(" in source and "mine[jj * 2 + c] = fg::cos_approx((float)(kpos + head));" in source
     line = next(x for x in source.splitlines() if x.strip().startswith("s = s * kt1["))
-    assert "cosf" not in line and "expf" not in line and line.strip().startswith(
+    assert "cos_approx" not in line and "expf" not in line and line.strip().startswith(
         "s = s * kt1[(i >> 2) * 2 + (i & 1)] + kt0[(i >> 2) * 2 + (i & 1)];"), line
     with pytest.raises(ValueError, match="unknown schedule switches"):
         with kernel.schedule_overrides(share_keys=True):

@@ -128,15 +128,17 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # Session 14: CW = cos as the SFU's cos.approx after a two-constant (Cody-Waite) reduction to
              # [-pi, pi], branch-free, where cosf's range reduction wraps each call in a divergent region (BSSY /
              # BSYNC, and Payne-Hanek's slow path through local memory) that nothing can be scheduled across.
-             "CW": dict(source_sub={"cosf(": "cos_cw("}, prelude=(
+             "CW": dict(source_sub={"fg::cos_approx(": "cos_cw("}, prelude=(
                  "__device__ __forceinline__ float cos_cw(float x) {\n"
                  "  const float k = rintf(x * 0.15915494309189535f);\n"
                  "  float r = fmaf(-k, 6.28318548202514648f, x);\n"
                  "  r = fmaf(-k, -1.7484555314695172e-7f, r);\n"
                  "  return __cosf(r);\n}\n")),
+             # CF = cosf, as before session 14's fg::cos_approx (production's cos since then, CW's function).
+             "CF": dict(source_sub={"fg::cos_approx(": "cosf("}),
              # CWH = CW with the key terms of a tile computed before the wait for its S (they read positions only),
              # so that they run under that tile's Q K^T instead of on the softmax's path.
-             "CWH": dict(transform=lambda source: hoist_key_terms(source.replace("cosf(", "cos_cw(")),
+             "CWH": dict(transform=lambda source: hoist_key_terms(source.replace("fg::cos_approx(", "cos_cw(")),
                          prelude="CW")}
 RUN = ("cur",)  # the schedules built by default
 
@@ -177,7 +179,10 @@ VARIANTS["causal_alibi"] = Variant(causal=True, alibi=True)
 # Session 7: the mods suite's kernels (flashgen.harness.suite.MOD_SUITE, as `flashgen generate` builds them: the
 # library's TL with the functions written in), bf16 d128 at the production tiles, named SCHED_NAME_bf16_d128; those
 # without call-time tensors (hopper_dev.py and ncu_dev.py pass none).
-MODS = tuple(name for name, keywords in MOD_SUITE.items() if "tensors" not in keywords)
+# Session 14: two_terms, a score function with two key-only terms (a product and a sum: kt0 and kt1, 64 registers
+# of shared terms), where the branch-free cos left ptxas 48-60 bytes of spills that cosf's did not.
+DEV_MODS = {**MOD_SUITE, "two_terms": {"score_mod": "s * cos(k_idx + h) + exp(-k_idx / M)"}}
+MODS = tuple(name for name, keywords in DEV_MODS.items() if "tensors" not in keywords)
 
 
 def configs():
@@ -230,7 +235,7 @@ def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
                 env.get_template = lambda _name, _t=spec["template"], _g=env.get_template: _g(_t)
                 kernel._environment = lambda: env
             if mods:
-                source, manifest = build_mask_kernel("h200", dtype, Variant(), d, MOD_SUITE[mods])
+                source, manifest = build_mask_kernel("h200", dtype, Variant(), d, DEV_MODS[mods])
             else:
                 source, manifest = render(plan)
         finally:

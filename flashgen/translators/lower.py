@@ -852,7 +852,7 @@ class _Lowering:
     def key_terms(self, expr: Any, c: str, stmt: Any) -> tuple[str, ...]:
         """The C of each outermost call of an SFU function (flashgen.operators: cos, exp, ...) in `expr` whose
         arguments read k_idx and block constants alone, in order, each once: a column's value for every row.
-        Only calls, whose C is an atom (`cosf(...)`), so each appears in `c` as it is compiled alone."""
+        Only calls, whose C is an atom (`fg::cos_approx(...)`), so each appears in `c` as it is compiled alone."""
         from flashgen.operators import FUNCTIONS
 
         invariant = self.invariant_names()

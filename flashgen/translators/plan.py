@@ -105,7 +105,7 @@ class ScoreMod(BaseModel):
                                  "for every element of every tile, not only on boundary tiles)")
     key_terms: tuple[str, ...] = Field(default=(), description="the C, as it appears in expr, of each call of an SFU "
                                        "function (cos, exp, ...) on the key position and block constants alone "
-                                       "(`cosf((float)kpos)`): the same for every row of a column, so a backend may "
+                                       "(`fg::cos_approx((float)kpos)`): the same for every row of a column, so a backend may "
                                        "compute it once per column and share it")
 
 

@@ -69,6 +69,19 @@ __device__ __forceinline__ float tanh_fast(float x) {
   return y;
 }
 
+// cos(x) and sin(x) on the SFU's MUFU.COS / MUFU.SIN (cos.approx / sin.approx, absolute error 2^-21.4 on [-pi, pi])
+// after a two-constant Cody-Waite reduction: k = rint(x / 2pi), r = x - k hi - k lo (2pi = hi + lo, each product
+// exact in its FMA). Branch-free, where cosf / sinf wrap every call in a divergent region around the Payne-Hanek
+// slow path (local memory), which nothing can be scheduled across: `s + 0.25 * cos(k_idx)` ran 4-7 % faster on the
+// H200 (NOTES.md, session 14). Absolute error < 5e-7 for |x| < 2^24 and < 1e-5 for |x| < 2^31 (the reduction
+// emulated exactly against fp64, tests/test_lower_cexpr.py); beyond 2^31 the reduction loses the phase, as __cosf.
+__device__ __forceinline__ float reduce_2pi(float x) {
+  const float k = rintf(x * 0.15915494309189535f);
+  return fmaf(-k, -1.7484555314695172e-7f, fmaf(-k, 6.28318548202514648f, x));
+}
+__device__ __forceinline__ float cos_approx(float x) { return __cosf(reduce_2pi(x)); }
+__device__ __forceinline__ float sin_approx(float x) { return __sinf(reduce_2pi(x)); }
+
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
@@ -727,6 +740,19 @@ __device__ __forceinline__ float tanh_fast(float x) {
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+
+// cos(x) and sin(x) on the SFU's MUFU.COS / MUFU.SIN (cos.approx / sin.approx, absolute error 2^-21.4 on [-pi, pi])
+// after a two-constant Cody-Waite reduction: k = rint(x / 2pi), r = x - k hi - k lo (2pi = hi + lo, each product
+// exact in its FMA). Branch-free, where cosf / sinf wrap every call in a divergent region around the Payne-Hanek
+// slow path (local memory), which nothing can be scheduled across: `s + 0.25 * cos(k_idx)` ran 4-7 % faster on the
+// H200 (NOTES.md, session 14). Absolute error < 5e-7 for |x| < 2^24 and < 1e-5 for |x| < 2^31 (the reduction
+// emulated exactly against fp64, tests/test_lower_cexpr.py); beyond 2^31 the reduction loses the phase, as __cosf.
+__device__ __forceinline__ float reduce_2pi(float x) {
+  const float k = rintf(x * 0.15915494309189535f);
+  return fmaf(-k, -1.7484555314695172e-7f, fmaf(-k, 6.28318548202514648f, x));
+}
+__device__ __forceinline__ float cos_approx(float x) { return __cosf(reduce_2pi(x)); }
+__device__ __forceinline__ float sin_approx(float x) { return __sinf(reduce_2pi(x)); }
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
