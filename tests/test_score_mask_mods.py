@@ -415,7 +415,10 @@ def test_shared_key_terms_render_once_per_column_and_warp_and_compile():
     """share_key_terms (on by default: cos(k_idx) 3.7-4.6x faster on the H200, NOTES.md session 7): the sm90 kernel
     evaluates each key-only term (the sum of the key-only addends, then each key-only call in the rest) for 2 * KT_J
     columns per lane and shuffles, the per-score expression reads kt<n>; with the switch off the kernel is as
-    lowered. Both compile for sm_90a without spills."""
+    lowered. The shared build compiles for sm_90a with at most 64 bytes of spills: its two terms hold 64 registers
+    beside S, P and O, and with fg::cos_approx's branch-free calls ptxas spills 48-60 bytes where cosf's did not;
+    measured on the H200 that build is level or 1-3 % faster than cosf's without spills (NOTES.md, session 14), so
+    the bound guards against more, not against any."""
     from flashgen.harness.compile import compile_cuda
     from flashgen.harness.suite import build_mask_kernel
     from flashgen.translators.backends.sm90 import kernel
@@ -435,4 +438,6 @@ def test_shared_key_terms_render_once_per_column_and_warp_and_compile():
         with kernel.schedule_overrides(share_keys=True):
             pass
     built = compile_cuda(source, "sm_90a", filename="shared_key_terms.cu")
-    assert built.ok and not any(u.spills for u in built.kernels.values()), built.feedback_text()
+    assert built.ok and built.kernels, built.feedback_text()
+    assert all(u.spill_store_bytes <= 64 and u.spill_load_bytes <= 64 for u in built.kernels.values()), \
+        built.feedback_text()

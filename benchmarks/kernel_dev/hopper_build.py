@@ -92,6 +92,9 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # that a dev run can set it): a score function's calls on the key position alone (cos(k_idx)) once per
              # column and warp, shared by shuffles (backends.base.score_exprs). 3.7-4.6x on cos(k_idx).
              "KC": dict(options=dict(share_key_terms=True)),
+             # Session 14: KN = share_key_terms off (each lane computes its 32 columns' terms itself), now that a
+             # cos is 8 instructions without branches.
+             "KN": dict(options=dict(share_key_terms=False)),
              # Session 8: LG = the sm90 backend's grid_groups switch: GROUP_HEADS = 0 (causal rows) walked in groups
              # of gridDim.x pairs so that a group's K/V stay in L2 across its query blocks (ncu: all pairs read
              # 1.7x cuDNN's DRAM bytes at causal d128 N = 512).
