@@ -105,8 +105,7 @@ FUNCTIONS: dict[str, Function] = {f.name: f for f in (
     # fg::tanh_fast (flashgen/common.cuh): the SFU's tanh.approx.f32, relative error ~1.1e-5; tanhf's polynomial
     # made softcap kernels run at half the plain kernel's speed, EX2 + RCP at 0.53x (NOTES.md, sessions 5 and 6)
     Function("tanh", 1, math.tanh, np.tanh, sfu=True, c_float=("fg::tanh_fast", "fg::tanh_fast")),
-    # fg::cos_approx, fg::sin_approx (common.cuh): the SFU's cos.approx / sin.approx after a Cody-Waite reduction,
-    # branch-free (cosf's slow path serialized the key terms: +4-7 % on the H200), absolute error < 5e-7 to 2^24
+    # fg::cos_approx, fg::sin_approx (common.cuh says why and how accurate): branch-free, where cosf's was not
     Function("cos", 1, math.cos, np.cos, sfu=True, c_float=("fg::cos_approx", "__cosf")),
     Function("sin", 1, math.sin, np.sin, sfu=True, c_float=("fg::sin_approx", "__sinf")),
     Function("abs", 1, abs, np.abs),

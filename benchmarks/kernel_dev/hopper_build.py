@@ -128,21 +128,14 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
                      "          const float kposf = k_row0f + (float)((i >> 2) * 8 + 2 * t + (i & 1));\n"
                      "          const float qposf = (float)(q_row0 + row0 + ((i >> 1) & 1) * 8 + diag);",
                  "fabsf((float)(qpos + diag - kpos))": "fabsf(qposf - kposf)"}),
-             # Session 14: CW = cos as the SFU's cos.approx after a two-constant (Cody-Waite) reduction to
-             # [-pi, pi], branch-free, where cosf's range reduction wraps each call in a divergent region (BSSY /
-             # BSYNC, and Payne-Hanek's slow path through local memory) that nothing can be scheduled across.
-             "CW": dict(source_sub={"fg::cos_approx(": "cos_cw("}, prelude=(
-                 "__device__ __forceinline__ float cos_cw(float x) {\n"
-                 "  const float k = rintf(x * 0.15915494309189535f);\n"
-                 "  float r = fmaf(-k, 6.28318548202514648f, x);\n"
-                 "  r = fmaf(-k, -1.7484555314695172e-7f, r);\n"
-                 "  return __cosf(r);\n}\n")),
-             # CF = cosf, as before session 14's fg::cos_approx (production's cos since then, CW's function).
+             # Session 14: CW = cos as the SFU's cos.approx after a Cody-Waite reduction (measured +4-6 %, now
+             # production's fg::cos_approx: the dev copy it was built from is gone, CW is cur); CF = cosf, as before.
+             "CW": {},
              "CF": dict(source_sub={"fg::cos_approx(": "cosf("}),
-             # CWH = CW with the key terms of a tile computed before the wait for its S (they read positions only),
-             # so that they run under that tile's Q K^T instead of on the softmax's path.
-             "CWH": dict(transform=lambda source: hoist_key_terms(source.replace("fg::cos_approx(", "cos_cw(")),
-                         prelude="CW")}
+             # CWH = production with the key terms of a tile computed before the wait for its S (they read positions
+             # only), so that they run under that tile's Q K^T instead of on the softmax's path (left out: +7 % at
+             # N = 512, -2-3 % at 4k-16k).
+             "CWH": dict(transform=lambda source: hoist_key_terms(source))}  # defined below
 RUN = ("cur",)  # the schedules built by default
 
 
@@ -249,9 +242,8 @@ def render_one(out: Path, name, variant, dtype, d, tiles, sched) -> Path | None:
         assert old in source, (name, old)
         source = source.replace(old, new)
     if "prelude" in spec:  # after the includes: the first line that opens the kernel's namespace
-        prelude = SCHEDULES[spec["prelude"]]["prelude"] if spec["prelude"] in SCHEDULES else spec["prelude"]
         head, sep, rest = source.partition("\nnamespace ")
-        source = head + "\n" + prelude + sep + rest
+        source = head + "\n" + spec["prelude"] + sep + rest
     q_buffers = spec.get("flags", {}).get("q_buffers", 1)
     if q_buffers == 2:  # the second Q buffer is only used where it fits, as the session-4 template had it
         extra = plan.block_m * kernel.chunks(d) * 64 * dtype.itemsize + 16

@@ -105,8 +105,8 @@ class ScoreMod(BaseModel):
                                  "for every element of every tile, not only on boundary tiles)")
     key_terms: tuple[str, ...] = Field(default=(), description="the C, as it appears in expr, of each call of an SFU "
                                        "function (cos, exp, ...) on the key position and block constants alone "
-                                       "(`fg::cos_approx((float)kpos)`): the same for every row of a column, so a backend may "
-                                       "compute it once per column and share it")
+                                       "(`fg::cos_approx((float)kpos)`): the same for every row of a column, so a "
+                                       "backend may compute it once per column and share it")
 
 
 class Prologue(BaseModel):

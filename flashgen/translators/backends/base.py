@@ -71,10 +71,10 @@ def v_names(plan: KernelPlan, itemsize: int) -> dict:
 
 def score_exprs(plan: KernelPlan, term_slot: str, share_key_terms: bool = True) -> dict:
     """The score functions as a template writes them, `score_exprs` [(expr, name)] per ScoreMod, and `key_terms`,
-    the key-only calls (ScoreMod.key_terms, e.g. `fg::cos_approx((float)kpos)`) that templates/key_terms.cu.j2 computes once
-    per column and warp where `share_key_terms`: the expressions then read `kt<n>[term_slot]`, `term_slot` being the
-    C of the score's slot 2j + c (column 8j + 2t + c) in the path's accumulator loop. Without it the expressions
-    are as lowered and every score calls the function itself."""
+    the key-only calls (ScoreMod.key_terms, e.g. `fg::cos_approx((float)kpos)`) that templates/key_terms.cu.j2
+    computes once per column and warp where `share_key_terms`: the expressions then read `kt<n>[term_slot]`,
+    `term_slot` being the C of the score's slot 2j + c (column 8j + 2t + c) in the path's accumulator loop. Without
+    it the expressions are as lowered and every score calls the function itself."""
     terms: list[str] = []
     exprs = []
     for mod in plan.score_mods:

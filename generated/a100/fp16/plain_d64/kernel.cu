@@ -62,7 +62,7 @@ __device__ __forceinline__ float tanh_fast(float x) {
 // cos(x) and sin(x) on the SFU's MUFU.COS / MUFU.SIN (cos.approx / sin.approx, absolute error 2^-21.4 on [-pi, pi])
 // after a two-constant Cody-Waite reduction: k = rint(x / 2pi), r = x - k hi - k lo (2pi = hi + lo, each product
 // exact in its FMA). Branch-free, where cosf / sinf wrap every call in a divergent region around the Payne-Hanek
-// slow path (local memory), which nothing can be scheduled across: `s + 0.25 * cos(k_idx)` ran 4-7 % faster on the
+// slow path (local memory), which nothing can be scheduled across: `s + 0.25 * cos(k_idx)` ran 4-6 % faster on the
 // H200 (NOTES.md, session 14). Absolute error < 5e-7 for |x| < 2^24 and < 1e-5 for |x| < 2^31 (the reduction
 // emulated exactly against fp64, tests/test_lower_cexpr.py); beyond 2^31 the reduction loses the phase, as __cosf.
 __device__ __forceinline__ float reduce_2pi(float x) {
