@@ -441,3 +441,45 @@ def test_shared_key_terms_render_once_per_column_and_warp_and_compile():
     assert built.ok and built.kernels, built.feedback_text()
     assert all(u.spill_store_bytes <= 64 and u.spill_load_bytes <= 64 for u in built.kernels.values()), \
         built.feedback_text()
+
+
+def test_the_key_term_rings_column_groups_load_in_one_wavefront():
+    """key_terms_warp's slot layout: thread t of a consumer warp reads columns 8j + 2t + c from t * stride as
+    float4s, so the stride holds BLOCK_N / 4 floats in whole float4s and the four groups start in four different
+    4-bank groups (the 32 lanes' loads: 4 addresses, 64 bytes, one wavefront) for every wgmma N the path takes."""
+    from flashgen.translators.backends.sm90.kernel import key_term_stride
+
+    for block_n in range(16, 257, 16):
+        stride = key_term_stride(block_n)
+        assert stride % 4 == 0 and block_n // 4 <= stride <= block_n // 4 + 16, (block_n, stride)
+        assert len({(t * stride) % 32 // 4 for t in range(4)}) == 4, (block_n, stride)
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc not on PATH")
+def test_the_key_term_warp_computes_the_terms_once_per_cta_and_compiles():
+    """key_terms_warp (off by default until measured): warp 1 of the producer's warpgroup writes each key tile's
+    key-only terms into a ring of shared memory, on full and empty barriers of its own, and the consumers read them
+    in place of the shuffles; the manifest's shared memory counts the ring; a kernel without key terms renders as
+    without the switch. The one-term kernel compiles for sm_90a without spills."""
+    from flashgen.harness.compile import compile_cuda
+    from flashgen.harness.suite import build_mask_kernel
+    from flashgen.translators.backends.sm90 import kernel
+
+    keywords = {"score_mod": SCORE}
+    shared_source, shared_manifest = build_mask_kernel("h200", "bf16", Variant(), 128, keywords)
+    with kernel.schedule_overrides(key_terms_warp=True):
+        source, manifest = build_mask_kernel("h200", "bf16", Variant(), 128, keywords)
+        plain_with, _ = build_mask_kernel("h200", "bf16", Variant(), 128, {})
+    plain, _ = build_mask_kernel("h200", "bf16", Variant(), 128, {})
+    assert plain_with == plain and "kt_full" not in plain
+    assert "__shfl_sync(0xffffffffu, mine" in shared_source and "__shfl_sync(0xffffffffu, mine" not in source
+    assert source.count("= (0.25f * fg::cos_approx(") == shared_source.count("= (0.25f * fg::cos_approx(") == 1
+    assert "out[0 * KT_TERM_FLOATS + at] = (0.25f * fg::cos_approx((float)kpos));" in source
+    assert "fg::mbar::wait(&kt_full[kt_slot], (it / KT_SLOTS) & 1);" in source
+    assert "release(&kt_empty[kt_slot]);" in source and "fg::mbar::arrive(&kt_full[slot]);" in source
+    ring = kernel.KEY_TERM_SLOTS * (4 * kernel.key_term_stride(128) * 4 + 16)
+    assert manifest.launches[0].smem_bytes == shared_manifest.launches[0].smem_bytes + ring
+    built = compile_cuda(source, "sm_90a", filename="key_term_warp.cu")
+    assert built.ok and built.kernels, built.feedback_text()
+    assert all(u.spill_store_bytes == 0 and u.spill_load_bytes == 0 for u in built.kernels.values()), \
+        built.feedback_text()

@@ -135,7 +135,11 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # CWH = production with the key terms of a tile computed before the wait for its S (they read positions
              # only), so that they run under that tile's Q K^T instead of on the softmax's path (left out: +7 % at
              # N = 512, -2-3 % at 4k-16k).
-             "CWH": dict(transform=lambda source: hoist_key_terms(source))}  # defined below
+             "CWH": dict(transform=lambda source: hoist_key_terms(source)),  # defined below
+             # Session 15: KW = the key_terms_warp switch: a warp of the producer's warpgroup computes the key-only
+             # terms of every key tile once per CTA into a ring of shared memory, and the consumers read them as
+             # float4s (8 loads a tile and thread for 4 fg::cos_approx and 32 shuffles).
+             "KW": dict(options=dict(key_terms_warp=True))}
 RUN = ("cur",)  # the schedules built by default
 
 

@@ -33,6 +33,9 @@ _CTYPE = {DType.fp16: "fg::f16", DType.bf16: "fg::bf16"}
 PRODUCER_REGS = 24
 CONSUMER_REGS = {1: 232, 2: 240, 3: 160}
 CONSUMERS_MAX = 3
+# Key tiles the key-term warp may run ahead of the slowest consumer warp (key_terms_warp): it depends on no load,
+# so a few slots keep it ahead across a work tile's first key tile and the ping-pong warpgroups' offset.
+KEY_TERM_SLOTS = 4
 # shared memory the hardware reserves per resident block (cudaDevAttrReservedSharedMemoryPerBlock on sm_90)
 RESERVED_SMEM_PER_BLOCK = 1024
 NOTES = ("Hopper path (sm_90a): persistent grid, TMA loads on mbarriers, wgmma, one producer and {consumers} "
@@ -62,17 +65,38 @@ def chunks(head_dim: int) -> int:
     return -(-head_dim // 64)
 
 
-def smem_bytes(plan: KernelPlan, o_stage_chunks: int | None = None) -> int:
+def key_term_stride(block_n: int) -> int:
+    """Floats between the four column groups of a key-term slot (the warp's ring, key_terms_warp): thread t of a
+    consumer warp reads its BLOCK_N / 4 columns 8j + 2t + c as float4s from t * stride, so the stride is a multiple
+    of 4 at least BLOCK_N / 4 whose four groups start in four different 4-bank groups (one wavefront a load)."""
+    stride = block_n // 4
+    while len({(t * stride) % 32 // 4 for t in range(4)}) < 4:
+        stride += 4
+    return stride
+
+
+def key_terms_ring_bytes(plan: KernelPlan, key_terms_warp: bool) -> int:
+    """The key-term warp's ring: KEY_TERM_SLOTS slots of every shared key-only term of a key tile (4 strides of
+    floats each), and each slot's full and empty barriers; 0 without the warp."""
+    if not key_terms_warp:
+        return 0
+    terms = len(score_exprs(plan, "0")["key_terms"])
+    return KEY_TERM_SLOTS * (terms * 4 * key_term_stride(plan.block_n) * 4 + 16)
+
+
+def smem_bytes(plan: KernelPlan, o_stage_chunks: int | None = None, key_terms_warp: bool | None = None) -> int:
     """Q, STAGES x (K, V), O's staging tile when O leaves through TMA (`o_stage_chunks` of its 64-column chunks at
-    a time, 0: stored from registers; default: as the plan renders), the barriers (Q full and empty; per stage K
-    and V full and empty), and slack to align the tiles to 1024 bytes. Q's and K's rows are chunks(D) wide, V's and
-    O's chunks(Dv)."""
-    if o_stage_chunks is None:
-        o_stage_chunks = schedule(plan)["o_stage_chunks"]
+    a time, 0: stored from registers), the key-term ring where `key_terms_warp` fills one (key_terms_ring_bytes),
+    the barriers (Q full and empty; per stage K and V full and empty), and slack to align the tiles to 1024 bytes
+    (either argument None: as the plan renders). Q's and K's rows are chunks(D) wide, V's and O's chunks(Dv)."""
+    if o_stage_chunks is None or key_terms_warp is None:
+        options = schedule(plan)
+        o_stage_chunks = options["o_stage_chunks"] if o_stage_chunks is None else o_stage_chunks
+        key_terms_warp = options["key_terms_warp"] if key_terms_warp is None else key_terms_warp
     chunk = 64 * plan.dtype.itemsize  # bytes of one row's 64-column chunk
     qk_rows, v_rows = plan.block_m + plan.stages * plan.block_n, plan.stages * plan.block_n
     return ((qk_rows * chunks(plan.head_dim) + v_rows * chunks(plan.dv)) * chunk + plan.block_m * o_stage_chunks * chunk
-            + 8 * (2 + 4 * plan.stages) + 1024)
+            + key_terms_ring_bytes(plan, key_terms_warp) + 8 * (2 + 4 * plan.stages) + 1024)
 
 
 def schedule(plan: KernelPlan) -> dict:
@@ -84,6 +108,9 @@ def schedule(plan: KernelPlan) -> dict:
     d256 128x64 two chunks at a time +28 % at N = 512 over the same tile from registers."""
     options = dict(o_via_tma=True, o_stage_chunks=chunks(plan.dv), o_chunked=True,  # O's chunks: Dv's
                    share_key_terms=True,  # score functions' key-only calls once per column and warp: cos(k_idx)
+                   # ... or once per column and CTA, by a warp of the producer's warpgroup into a ring of shared
+                   # memory that the consumers read beside K (no consumer computes or shuffles them): unmeasured
+                   key_terms_warp=False,
                    # odd rounds of the persistent walk in reverse CTA order (fg::block::round_tile): causal bf16
                    # d256 +7 / +8 / +9 % at N = 2k / 4k / 16k, d128 +6 % at 16k, d64 +1.5 %, plain and window 256
                    # level (NOTES.md, session 11)
@@ -96,9 +123,12 @@ def schedule(plan: KernelPlan) -> dict:
     # bf16 N = 512 d128 +13 %, d256 +8 %, d64 +2 %, d128 1k +7 %, window 256 +7-8 % (NOTES.md, session 8)
     # 85-131 -> 394-484 TF/s at N = 512..16k on the H200 (NOTES.md, session 7)
     options.update(_SCHEDULE_OVERRIDES)
+    # the warp computes what sharing would: nothing without shared key terms
+    options["key_terms_warp"] = (options["key_terms_warp"] and options["share_key_terms"]
+                                 and bool(score_exprs(plan, "0")["key_terms"]))
     fits = [c for c in range(options["o_stage_chunks"], 0, -1)
             if (c == chunks(plan.dv) or options["o_chunked"])
-            and smem_bytes(plan, c) <= cta_smem_limit(plan)]
+            and smem_bytes(plan, c, options["key_terms_warp"]) <= cta_smem_limit(plan)]
     if not options["o_via_tma"] or not fits:
         options.update(o_via_tma=False, o_stage_chunks=0)
     else:
@@ -124,9 +154,10 @@ _SCHEDULE_OVERRIDES: dict = {}
 @contextmanager
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
-    share_key_terms, grid_groups, snake_rounds, l2_groups, pingpong) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
-    unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "grid_groups",
-                              "snake_rounds", "l2_groups", "pingpong"}
+    share_key_terms, key_terms_warp, grid_groups, snake_rounds, l2_groups, pingpong) in place of the defaults, as
+    development builds and the tests of an unmeasured switch do."""
+    unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "key_terms_warp",
+                              "grid_groups", "snake_rounds", "l2_groups", "pingpong"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)
@@ -199,6 +230,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         **options, plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
         chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
         producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers], ctas_per_sm=ctas_per_sm(plan),
+        key_term_slots=KEY_TERM_SLOTS, key_term_stride=key_term_stride(plan.block_n),
         reverse_m=plan.variant.causal, **score_units(plan), l2_group_bytes=plan.target.l2_bytes // 2,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
         **v_names(plan), **shared_terms,
@@ -208,7 +240,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         name=plan.name, arch=plan.target.feature_arch or "sm_90a", dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
         head_dim_v=plan.head_dim_v,
         launches=[Launch(kernel=plan.name, grid=(grid_x(plan), "1", "1"), threads=threads(plan),
-                         smem_bytes=smem_bytes(plan, options["o_stage_chunks"]))],
+                         smem_bytes=smem_bytes(plan, options["o_stage_chunks"], options["key_terms_warp"]))],
         # every tile parameter of the plan, as the other paths record them: Q_IN_REGS is the tile table's 1, which
         # this path ignores (wgmma reads Q from shared memory), recorded so that the record matches the table's
         # choice and meta.json can say where the parameters came from
