@@ -19,10 +19,10 @@ _NoArgsIsHelp = getattr(_exceptions, "NoArgsIsHelpError", None) or type("_NeverR
 
 from flashgen import __version__
 from flashgen.console import err as err_console
-from flashgen.console import error_line
+from flashgen.console import APP_SETTINGS, error_line
 from flashgen.errors import FlashgenError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+app = typer.Typer(no_args_is_help=True, **APP_SETTINGS,
                   help="Generate, check, verify and benchmark FlashAttention kernels.")
 
 

@@ -14,6 +14,11 @@ def make_console(*, stderr: bool = False, soft_wrap: bool = False) -> Console:
     return Console(stderr=stderr, markup=False, highlight=False, emoji=False, soft_wrap=soft_wrap)
 
 
+#: every typer app's settings: no shell completion, our own one-line errors (flashgen.cli), and help read as Markdown
+#: (our help strings only, never user text), whose paragraphs wrap to the terminal where typer's "rich" mode keeps
+#: the source's line breaks in the command lists
+APP_SETTINGS = dict(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode="markdown")
+
 out = make_console(soft_wrap=True)
 err = make_console(stderr=True, soft_wrap=True)
 

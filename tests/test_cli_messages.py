@@ -164,3 +164,58 @@ def test_version_and_python_m(tmp_path):
     done = subprocess.run([sys.executable, "-m", "flashgen", "tl", "library"], capture_output=True, text=True,
                           timeout=60, env=env, cwd=tmp_path)
     assert done.returncode == 0 and "causal" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("group", [[], ["tl"], ["library"], ["runs"]])
+def test_command_lists_wrap_each_help_as_one_paragraph(group):
+    """The command panels of `flashgen --help` (and of each group) fill their lines: a description continues on the
+    next line only where its next word would not fit (typer's "rich" help mode kept the docstrings' own line breaks,
+    so at 80 columns `targets` and `bench` broke mid-sentence); every typer app shares console.APP_SETTINGS."""
+    from typer.testing import CliRunner
+
+    from flashgen.cli import app
+
+    width = 80
+    output = CliRunner().invoke(app, [*group, "--help"], env={"COLUMNS": str(width)}).output
+    panel = output[output.index("─ Commands ─"):].splitlines()[1:]
+    rows = [line[2:-2] for line in panel if line.startswith("│ ")]  # "│ name  text │"
+    assert rows, output
+    name = rows[0].split()[0]
+    text_col = len(rows[0]) - len(rows[0][len(name):].lstrip())  # where the descriptions start
+    for prev, line in zip(rows, rows[1:]):
+        if line[:text_col].strip():  # a new command
+            continue
+        first_word = line[text_col:].split()[0]
+        room = len(prev) - len(prev.rstrip())
+        assert len(first_word) + 1 > room, f"broke early before {first_word!r}:\n{prev}\n{line}"
+
+
+def _commands():
+    from typer.main import get_command
+
+    from flashgen.cli import app
+
+    def walk(command, path):
+        yield path, command
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+
+    return list(walk(get_command(app), []))
+
+
+@pytest.mark.parametrize("path", [" ".join(p) or "flashgen" for p, _ in _commands()])
+def test_help_prints_every_word_of_its_text(path):
+    """Each command's --help shows every word of its own help and of its options' (help is read as Markdown, which
+    would drop an unescaped <date> as HTML; typer's "rich" mode dropped NAME[i]'s [i] as a style tag). Code spans
+    print without their backticks."""
+    from typer.testing import CliRunner
+
+    from flashgen.cli import app
+
+    args = [] if path == "flashgen" else path.split()
+    command = dict((" ".join(p) or "flashgen", c) for p, c in _commands())[path]
+    output = " ".join(CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "250"}).output.split())
+    texts = [command.help or ""] + [getattr(param, "help", None) or "" for param in command.params]
+    texts = [t.partition("\n\n")[0] if t is command.help else t for t in texts]  # the page shows its first paragraph
+    missing = {word for text in texts for word in text.replace("`", "").split() if word not in output}
+    assert not missing, f"{path} --help lost {sorted(missing)}"

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from flashgen.console import out as console
-from flashgen.console import styled
+from flashgen.console import APP_SETTINGS, styled
 from flashgen.errors import FlashgenError, InputError, UsageError, read_text_input
 from flashgen.harness.bench_tables import print_bench, print_compiled
 
@@ -43,7 +43,7 @@ def _record_env(store, run_id: int, env: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    runs_app = typer.Typer(no_args_is_help=True, help="The record of past runs (sqlite under $FLASHGEN_HOME, else "
+    runs_app = typer.Typer(no_args_is_help=True, **APP_SETTINGS, help="The record of past runs (sqlite under $FLASHGEN_HOME, else "
                                                       "$XDG_STATE_HOME/flashgen, else ~/.local/state/flashgen).")
     app.add_typer(runs_app, name="runs")
 
@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
                       compile_only: bool = typer.Option(False, "--compile-only", help="suite: build and compile the "
                                                         "kernels (no GPU needed), report registers, smem and spills"),
                       jobs: int = typer.Option(None, help="suite: parallel nvcc processes (default: all cores)"),
-                      out: str = typer.Option(None, help="JSON path (default benchmarks/results/<date>-<gpu>-<name>.json)"),
+                      out: str = typer.Option(None, help="JSON path (default benchmarks/results/DATE-GPU-NAME.json)"),
                       baselines: bool = typer.Option(True, help="time torch SDPA backends and FlexAttention too"),
                       flex: bool = typer.Option(True, help="time FlexAttention among the baselines"),
                       flex_compile: str = typer.Option(None, help="dynamic (one compile per dtype/D/mask, reused "

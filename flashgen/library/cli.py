@@ -10,9 +10,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from flashgen.console import err, out, styled
+from flashgen.console import APP_SETTINGS, err, out, styled
 
-library_app = typer.Typer(no_args_is_help=True, add_completion=False,
+library_app = typer.Typer(no_args_is_help=True, **APP_SETTINGS,
                           help="Build kernel libraries across cores, GPUs and Ray clusters (docs/batch.md).")
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from flashgen.console import err, out, styled
+from flashgen.console import APP_SETTINGS, err, out, styled
 from flashgen.errors import FlashgenError, UsageError, read_text_input
 
-tl_app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+tl_app = typer.Typer(no_args_is_help=True, **APP_SETTINGS,
                      help="LLM-TL: check, run on the CPU, format; the program library.")
 
 
