@@ -17,11 +17,11 @@ CXX = shutil.which("g++")
 COMMON_CUH = SHARED_INCLUDE / "flashgen" / "common.cuh"
 
 
-def device_function(name: str) -> str:
-    """A one-statement device function of common.cuh (`__device__ __forceinline__ T name(...) { ... }`, ending at the
-    first line that is `}`) as host C++."""
-    match = re.search(r"^__device__ __forceinline__ \w+ " + name + r"\(.*?^}$", COMMON_CUH.read_text(), re.M | re.S)
-    assert match, f"{name} is not in {COMMON_CUH}"
+def device_function(name: str, header=COMMON_CUH) -> str:
+    """A device function of `header` (common.cuh by default; `__device__ __forceinline__ T name(...) { ... }`, ending
+    at the first line that is `}`) as host C++."""
+    match = re.search(r"^__device__ __forceinline__ \w+ " + name + r"\(.*?^}$", header.read_text(), re.M | re.S)
+    assert match, f"{name} is not in {header}"
     return match.group(0).replace("__device__ __forceinline__", "static inline")
 
 

@@ -139,7 +139,17 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # Session 15: KW = the key_terms_warp switch: a warp of the producer's warpgroup computes the key-only
              # terms of every key tile once per CTA into a ring of shared memory, and the consumers read them as
              # float4s (8 loads a tile and thread for 4 fg::cos_approx and 32 shuffles).
-             "KW": dict(options=dict(key_terms_warp=True))}
+             "KW": dict(options=dict(key_terms_warp=True)),
+             # Session 16: CP = the causal_pairs switch: each CTA takes a pair's query blocks m_tiles - 1 - i and
+             # i back to back (fg::block::paired_tile), which levels the CTAs' work by itself, so a round needs the
+             # K/V of ctas / (m_tiles / 2) pairs, not of ctas pairs (ncu, causal d256 N = 1k: 2.5x the minimum HBM
+             # bytes, DRAM 83 % busy).
+             "CP": dict(options=dict(causal_pairs=True)),
+             # Session 16 (measured 0-8 % slower, left out): QP = the prefetch_next_q switch: the producer prefetches its next work tile's Q into L2
+             # (cp.async.bulk.prefetch.tensor) as it loads this tile's Q, for the short rows, where a Q tile (up to
+             # 64 KB at d256) read from HBM at each tile boundary may be what the consumers wait for. Needs
+             # `git apply benchmarks/kernel_dev/versions/sm90-s16-prefetch-next-q.patch`.
+             "QP": dict(options=dict(prefetch_next_q=True))}
 RUN = ("cur",)  # the schedules built by default
 
 
@@ -166,7 +176,8 @@ def hoist_key_terms(source: str) -> str:
 # Session 4 run 3: tiles for the persistent, overlapped kernel, mostly the causal rows at small N.
 # Session 7: BLOCK_M = 64, one consumer warpgroup, two CTAs per SM (kernel.ctas_per_sm), for the short key loops of
 # small N: d64 with 128-key tiles, d128 with 64 (what fits twice in an SM's shared memory).
-SWEEP = {(64, True): ((128, 128, 2), (192, 64, 2), (64, 128, 2)), (64, False): ((128, 128, 2), (64, 128, 2)),
+SWEEP = {(64, True): ((128, 128, 2), (192, 64, 2), (64, 128, 2), (128, 128, 3)),
+         (64, False): ((128, 128, 2), (64, 128, 2), (128, 128, 3)),
          (128, True): ((128, 96, 2), (128, 176, 2), (64, 64, 2)), (128, False): ((128, 128, 2), (64, 64, 2)),
          (256, True): ((128, 64, 2), (128, 80, 2)), (256, False): ((128, 64, 2),)}
 # Session 10: causal d256 at 128x80 (O from registers: no chunk fits) against the table's 128x64 (two chunks through
@@ -206,7 +217,7 @@ def configs():
             yield entry(sched, d, causal, tiles)
     for (d, causal), sweep in SWEEP.items():
         for tiles in sweep:
-            for sched in ("cur", "T1", "Tc", "SN", "L2"):
+            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP"):
                 yield entry(sched, d, causal, tiles)
 
 

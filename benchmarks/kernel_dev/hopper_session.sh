@@ -37,7 +37,7 @@ for f in sorted(glob.glob('/tmp/res/*.json')):
 json.dump(out, open(os.environ['OUT'] + '/hopper-dev.json', 'w'), indent=1)
 "
 for name in ${NCU:-}; do
-  timeout 200 ncu --set full --import-source yes -k regex:'fg_|cudnn|sdpa|fmha' -o "$OUT/ncu-$name" \
+  timeout 200 ncu --set full --clock-control none --import-source yes -k regex:'fg_|cudnn|sdpa|fmha' -o "$OUT/ncu-$name" \
     python3 benchmarks/kernel_dev/ncu_dev.py ".dev/hopper/$name" --n "${NCU_N:-4096}" --cudnn > "$OUT/ncu-$name.txt" 2>&1
   ncu -i "$OUT/ncu-$name.ncu-rep" --page details --print-details all > "$OUT/ncu-$name-details.txt" 2>&1
   ncu -i "$OUT/ncu-$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu-$name-source.csv" 2>&1

@@ -33,6 +33,9 @@ _CTYPE = {DType.fp16: "fg::f16", DType.bf16: "fg::bf16"}
 PRODUCER_REGS = 24
 CONSUMER_REGS = {1: 232, 2: 240, 3: 160}
 CONSUMERS_MAX = 3
+# Causal rows of up to this many query blocks walk in complementary couples (the causal_pairs switch): measured
+# faster at N <= 4k (32 blocks of 128 rows), slower at 16k, not timed between (NOTES.md, session 16).
+PAIRED_M_TILES = 32
 # Key tiles the key-term warp may run ahead of the slowest consumer warp (key_terms_warp): it depends on no load,
 # so a few slots keep it ahead across a work tile's first key tile and the ping-pong warpgroups' offset.
 KEY_TERM_SLOTS = 4
@@ -118,6 +121,11 @@ def schedule(plan: KernelPlan) -> dict:
                    # grid_groups of fewer pairs where their K and V would not fit half the L2 and the group still
                    # holds 3 rounds of tiles: causal bf16 d128 +7 / +17 / +5 % at N = 1k / 2k / 4k (NOTES.md, s11)
                    l2_groups=True,
+                   # causal rows of up to PAIRED_M_TILES query blocks: a CTA takes a pair's blocks m_tiles - 1 - i
+                   # and i back to back (fg::block::paired_tile) in place of grid_groups' order and the snake walk:
+                   # causal bf16 d256 +32 / +51 / +19 / +6 % at N = 512 / 1k / 2k / 4k, d128 +9 / +10 / +9 / +4 %
+                   # on an H100; at 16k 3-5 % slower (NOTES.md, session 16). Not for windows: their rows are level.
+                   causal_pairs=True,
                    pingpong=None,  # None: the rule below
                    grid_groups=True)  # GROUP_HEADS = 0 in groups of gridDim.x pairs, so K/V stay in L2: causal
     # bf16 N = 512 d128 +13 %, d256 +8 %, d64 +2 %, d128 1k +7 %, window 256 +7-8 % (NOTES.md, session 8)
@@ -135,6 +143,8 @@ def schedule(plan: KernelPlan) -> dict:
         options["o_stage_chunks"] = fits[0]
     del options["o_chunked"]
     options["grid_groups"] = options["grid_groups"] and plan.group_heads == 0
+    options["causal_pairs"] = (options["causal_pairs"] and plan.variant.causal and not plan.variant.window
+                               and plan.group_heads == 0)
     if options["pingpong"] is None:
         # The consumer warpgroups take turns at the tensor cores where a score function computes on positions per
         # score (ALiBi) and the tile's GEMMs per score are D + Dv <= 256 wide: bf16 ALiBi d128 +5..8 % at N = 512 ..
@@ -154,10 +164,10 @@ _SCHEDULE_OVERRIDES: dict = {}
 @contextmanager
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
-    share_key_terms, key_terms_warp, grid_groups, snake_rounds, l2_groups, pingpong) in place of the defaults, as
-    development builds and the tests of an unmeasured switch do."""
+    share_key_terms, key_terms_warp, grid_groups, snake_rounds, l2_groups, causal_pairs, pingpong) in place of the
+    defaults, as development builds and the tests of an unmeasured switch do."""
     unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "key_terms_warp",
-                              "grid_groups", "snake_rounds", "l2_groups", "pingpong"}
+                              "grid_groups", "snake_rounds", "l2_groups", "causal_pairs", "pingpong"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)
@@ -230,7 +240,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         **options, plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
         chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
         producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers], ctas_per_sm=ctas_per_sm(plan),
-        key_term_slots=KEY_TERM_SLOTS, key_term_stride=key_term_stride(plan.block_n),
+        key_term_slots=KEY_TERM_SLOTS, key_term_stride=key_term_stride(plan.block_n), paired_m_tiles=PAIRED_M_TILES,
         reverse_m=plan.variant.causal, **score_units(plan), l2_group_bytes=plan.target.l2_bytes // 2,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
         **v_names(plan), **shared_terms,

@@ -281,6 +281,45 @@ __device__ __forceinline__ int round_tile(int round) {
 }  // namespace fg
 
 #endif  // FG_INLINED_FLASHGEN_SM90_CUH
+#ifndef FG_INLINED_FLASHGEN_PAIRED_WALK_CUH
+#define FG_INLINED_FLASHGEN_PAIRED_WALK_CUH
+// ---- flashgen/paired_walk.cuh ----
+// flashgen Hopper persistent walk for causal rows in couples of complementary query blocks (the sm90 backend's
+// causal_pairs switch); included only by the kernels that take it.
+
+namespace fg {
+namespace block {
+
+// Causal rows in complementary pairs: work tile `tile` of a persistent grid of `ctas` CTAs walking round by round
+// (tile = round * ctas + CTA) as (pair, m_block). A pair's query blocks m_tiles - 1 - i and i cost m_tiles + 1 key
+// tiles together, whatever i, so the order gives each CTA the long block of one such couple in an even round and its
+// short block in the next: every CTA's work is level without rounds of equal lengths, and a round needs only
+// ctas / (m_tiles / 2) pairs' K and V, not ctas pairs' (which outgrow the L2 at d256: ncu, causal d256 N = 1k, 2.5x
+// the bytes of Q, K, V and O read from HBM; NOTES.md, session 16). Couples left over from the last whole round
+// follow (long blocks, then short), then the middle block of each pair where m_tiles is odd.
+__device__ __forceinline__ void paired_tile(int tile, int m_tiles, int pairs, int ctas, int& pair, int& m_block) {
+  const int per_pair = m_tiles / 2;
+  const int couples = pairs * per_pair, whole_rounds = couples / ctas, in_couples = 2 * whole_rounds * ctas;
+  if (tile < in_couples) {
+    const int couple = tile / (2 * ctas) * ctas + tile % ctas, i = couple % per_pair;
+    pair = couple / per_pair;
+    m_block = (tile / ctas) & 1 ? i : m_tiles - 1 - i;
+  } else {
+    const int rest = tile - in_couples, left = couples - whole_rounds * ctas;
+    if (rest < 2 * left) {
+      const int couple = whole_rounds * ctas + rest % left, i = couple % per_pair;
+      pair = couple / per_pair;
+      m_block = rest < left ? m_tiles - 1 - i : i;
+    } else {
+      pair = rest - 2 * left;
+      m_block = m_tiles / 2;
+    }
+  }
+}
+}  // namespace block
+}  // namespace fg
+
+#endif  // FG_INLINED_FLASHGEN_PAIRED_WALK_CUH
 namespace fg {
 namespace wgmma {
 #ifndef FG_WGMMA_SS_M64N128K16_BF16
@@ -319,6 +358,7 @@ constexpr int CONSUMERS = 2;
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int GROUP_HEADS = 0;
 constexpr bool SNAKE_ROUNDS = true;  // the walk's order (round_tile)
+constexpr int PAIRED_M_TILES = 32;  // causal rows up to this many query blocks walk in couples
 constexpr long long L2_GROUP_BYTES = 31457280;  // K and V of a group of pairs: half the target's L2
 constexpr int Q_CHUNK_ELEMS = BLOCK_M * 64;    // one 64-column chunk of the Q tile, rows contiguous at 128 B
 constexpr int KV_CHUNK_ELEMS = BLOCK_N * 64;
@@ -368,9 +408,21 @@ fg_attn_fwd_causal_bf16_d128_sm_90(const FlashgenAttnParams p, const __grid_cons
   const int m_tiles = (seqlen_q + BLOCK_M - 1) / BLOCK_M, tiles = m_tiles * heads * batch;
   const int rounds = (tiles + (int)gridDim.x - 1) / (int)gridDim.x;  // of the persistent walk (round_tile)
   (void)diag;
+  // Causal rows of up to PAIRED_M_TILES query blocks walk in couples of complementary blocks (fg::block::paired_tile,
+  // the walk without the snake: a couple's blocks cost the same sum wherever it falls): on an H100, causal bf16 d256
+  // +32 / +51 / +19 / +6 % at N = 512 / 1k / 2k / 4k, d128 +9 / +10 / +9 / +4 %, d64 +2 % (128x128) and -2..+1 %
+  // (192x128), HBM bytes at d256 1k from 2.5x the minimum to cuDNN's; at 16k the last round's couples, which cannot
+  // level the CTAs, cost 3-5 %, so longer rows keep grid_groups' order (NOTES.md, session 16).
+  const bool paired = m_tiles <= PAIRED_M_TILES;
   // Work tile -> coordinates and key-tile range, the same in every role (GROUP_HEADS pairs at a time, longest causal rows first).
   auto work_tile = [&](int tile) {
     int head, b, m_block;
+    if (paired) {
+      int pair;
+      fg::block::paired_tile(tile, m_tiles, heads * batch, (int)gridDim.x, pair, m_block);
+      head = pair % heads;
+      b = pair / heads;
+    } else {
     // GROUP_HEADS = 0 (all pairs) on the persistent grid, in groups of gridDim.x pairs, query block outermost
     // within a group (tile_coords' order within each group): a round of the grid still takes one query block of
     // the same length from each of gridDim.x pairs, the all-pairs order's balance, while a group's K and V stay
@@ -393,6 +445,7 @@ fg_attn_fwd_causal_bf16_d128_sm_90(const FlashgenAttnParams p, const __grid_cons
       head = pair % heads;
       b = pair / heads;
       m_block = m_tiles - 1 - m_index;
+    }
     }
     return WorkTile{head, b, m_block, head / (heads / p.kv_heads), 0, min((seqlen_k + BLOCK_N - 1) / BLOCK_N, (m_block * BLOCK_M + BLOCK_M + diag > 0 ? (m_block * BLOCK_M + BLOCK_M + diag + BLOCK_N - 1) / BLOCK_N : (m_block * BLOCK_M + BLOCK_M + diag) / BLOCK_N))};
   };
@@ -421,7 +474,7 @@ fg_attn_fwd_causal_bf16_d128_sm_90(const FlashgenAttnParams p, const __grid_cons
       // `it` counts key tiles over all of this CTA's work tiles (the ring's position), `q_round` its Q loads.
       int it = 0, q_round = 0;
       for (int round = 0; round < rounds; ++round) {
-        const int tile = fg::block::round_tile<SNAKE_ROUNDS>(round);
+        const int tile = paired ? fg::block::round_tile<false>(round) : fg::block::round_tile<SNAKE_ROUNDS>(round);
         if (tile >= tiles) continue;
         const WorkTile w = work_tile(tile);
         if (w.n_end <= w.n_begin) continue;
@@ -503,7 +556,7 @@ fg_attn_fwd_causal_bf16_d128_sm_90(const FlashgenAttnParams p, const __grid_cons
 
   int it = 0, q_round = 0;  // as the producer counts them
   for (int round = 0; round < rounds; ++round) {
-    const int tile = fg::block::round_tile<SNAKE_ROUNDS>(round);
+    const int tile = paired ? fg::block::round_tile<false>(round) : fg::block::round_tile<SNAKE_ROUNDS>(round);
     if (tile >= tiles) continue;
     const WorkTile w = work_tile(tile);
     const int head = w.head, b = w.b, m_block = w.m_block, n_begin = w.n_begin, n_end = w.n_end;
