@@ -284,19 +284,14 @@ __device__ __forceinline__ int round_tile(int round) {
 #ifndef FG_INLINED_FLASHGEN_PAIRED_WALK_CUH
 #define FG_INLINED_FLASHGEN_PAIRED_WALK_CUH
 // ---- flashgen/paired_walk.cuh ----
-// flashgen Hopper persistent walk for causal rows in couples of complementary query blocks (the sm90 backend's
-// causal_pairs switch); included only by the kernels that take it.
+// The sm90 walk of causal rows in couples (the causal_pairs switch).
 
 namespace fg {
 namespace block {
 
-// Causal rows in complementary pairs: work tile `tile` of a persistent grid of `ctas` CTAs walking round by round
-// (tile = round * ctas + CTA) as (pair, m_block). A pair's query blocks m_tiles - 1 - i and i cost m_tiles + 1 key
-// tiles together, whatever i, so the order gives each CTA the long block of one such couple in an even round and its
-// short block in the next: every CTA's work is level without rounds of equal lengths, and a round needs only
-// ctas / (m_tiles / 2) pairs' K and V, not ctas pairs' (which outgrow the L2 at d256: ncu, causal d256 N = 1k, 2.5x
-// the bytes of Q, K, V and O read from HBM; NOTES.md, session 16). Couples left over from the last whole round
-// follow (long blocks, then short), then the middle block of each pair where m_tiles is odd.
+// Work tile `tile` (= round * ctas + CTA) as (pair, m_block): CTA c takes blocks m_tiles - 1 - i and i of a pair in
+// rounds 2R and 2R + 1 (m_tiles + 1 key tiles together, whatever i); after the whole rounds, the couples left (long
+// blocks, then short), then each pair's middle block where m_tiles is odd.
 __device__ __forceinline__ void paired_tile(int tile, int m_tiles, int pairs, int ctas, int& pair, int& m_block) {
   const int per_pair = m_tiles / 2;
   const int couples = pairs * per_pair, whole_rounds = couples / ctas, in_couples = 2 * whole_rounds * ctas;
@@ -358,7 +353,7 @@ constexpr int CONSUMERS = 2;
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int GROUP_HEADS = 0;
 constexpr bool SNAKE_ROUNDS = true;  // the walk's order (round_tile)
-constexpr int PAIRED_M_TILES = 32;  // causal rows up to this many query blocks walk in couples
+constexpr int PAIRED_M_TILES = 32;  // longer causal rows keep the groups' walk
 constexpr long long L2_GROUP_BYTES = 26214400;  // K and V of a group of pairs: half the target's L2
 constexpr int Q_CHUNK_ELEMS = BLOCK_M * 64;    // one 64-column chunk of the Q tile, rows contiguous at 128 B
 constexpr int KV_CHUNK_ELEMS = BLOCK_N * 64;
@@ -408,12 +403,7 @@ fg_attn_fwd_causal_fp16_d64_sm_90_n_le_1024(const FlashgenAttnParams p, const __
   const int m_tiles = (seqlen_q + BLOCK_M - 1) / BLOCK_M, tiles = m_tiles * heads * batch;
   const int rounds = (tiles + (int)gridDim.x - 1) / (int)gridDim.x;  // of the persistent walk (round_tile)
   (void)diag;
-  // Causal rows of up to PAIRED_M_TILES query blocks walk in couples of complementary blocks (fg::block::paired_tile,
-  // the walk without the snake: a couple's blocks cost the same sum wherever it falls): on an H100, causal bf16 d256
-  // +32 / +51 / +19 / +6 % at N = 512 / 1k / 2k / 4k, d128 +9 / +10 / +9 / +4 %, d64 +2 % (128x128) and -2..+1 %
-  // (192x128), HBM bytes at d256 1k from 2.5x the minimum to cuDNN's; at 16k the last round's couples, which cannot
-  // level the CTAs, cost 3-5 %, so longer rows keep grid_groups' order (NOTES.md, session 16).
-  const bool paired = m_tiles <= PAIRED_M_TILES;
+  const bool paired = m_tiles <= PAIRED_M_TILES;  // the walk in couples (paired_tile)
   // Work tile -> coordinates and key-tile range, the same in every role (GROUP_HEADS pairs at a time, longest causal rows first).
   auto work_tile = [&](int tile) {
     int head, b, m_block;
@@ -1009,19 +999,14 @@ __device__ __forceinline__ int round_tile(int round) {
 #ifndef FG_INLINED_FLASHGEN_PAIRED_WALK_CUH
 #define FG_INLINED_FLASHGEN_PAIRED_WALK_CUH
 // ---- flashgen/paired_walk.cuh ----
-// flashgen Hopper persistent walk for causal rows in couples of complementary query blocks (the sm90 backend's
-// causal_pairs switch); included only by the kernels that take it.
+// The sm90 walk of causal rows in couples (the causal_pairs switch).
 
 namespace fg {
 namespace block {
 
-// Causal rows in complementary pairs: work tile `tile` of a persistent grid of `ctas` CTAs walking round by round
-// (tile = round * ctas + CTA) as (pair, m_block). A pair's query blocks m_tiles - 1 - i and i cost m_tiles + 1 key
-// tiles together, whatever i, so the order gives each CTA the long block of one such couple in an even round and its
-// short block in the next: every CTA's work is level without rounds of equal lengths, and a round needs only
-// ctas / (m_tiles / 2) pairs' K and V, not ctas pairs' (which outgrow the L2 at d256: ncu, causal d256 N = 1k, 2.5x
-// the bytes of Q, K, V and O read from HBM; NOTES.md, session 16). Couples left over from the last whole round
-// follow (long blocks, then short), then the middle block of each pair where m_tiles is odd.
+// Work tile `tile` (= round * ctas + CTA) as (pair, m_block): CTA c takes blocks m_tiles - 1 - i and i of a pair in
+// rounds 2R and 2R + 1 (m_tiles + 1 key tiles together, whatever i); after the whole rounds, the couples left (long
+// blocks, then short), then each pair's middle block where m_tiles is odd.
 __device__ __forceinline__ void paired_tile(int tile, int m_tiles, int pairs, int ctas, int& pair, int& m_block) {
   const int per_pair = m_tiles / 2;
   const int couples = pairs * per_pair, whole_rounds = couples / ctas, in_couples = 2 * whole_rounds * ctas;
@@ -1083,7 +1068,7 @@ constexpr int CONSUMERS = 3;
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int GROUP_HEADS = 0;
 constexpr bool SNAKE_ROUNDS = true;  // the walk's order (round_tile)
-constexpr int PAIRED_M_TILES = 32;  // causal rows up to this many query blocks walk in couples
+constexpr int PAIRED_M_TILES = 32;  // longer causal rows keep the groups' walk
 constexpr long long L2_GROUP_BYTES = 26214400;  // K and V of a group of pairs: half the target's L2
 constexpr int Q_CHUNK_ELEMS = BLOCK_M * 64;    // one 64-column chunk of the Q tile, rows contiguous at 128 B
 constexpr int KV_CHUNK_ELEMS = BLOCK_N * 64;
@@ -1133,12 +1118,7 @@ fg_attn_fwd_causal_fp16_d64_sm_90(const FlashgenAttnParams p, const __grid_const
   const int m_tiles = (seqlen_q + BLOCK_M - 1) / BLOCK_M, tiles = m_tiles * heads * batch;
   const int rounds = (tiles + (int)gridDim.x - 1) / (int)gridDim.x;  // of the persistent walk (round_tile)
   (void)diag;
-  // Causal rows of up to PAIRED_M_TILES query blocks walk in couples of complementary blocks (fg::block::paired_tile,
-  // the walk without the snake: a couple's blocks cost the same sum wherever it falls): on an H100, causal bf16 d256
-  // +32 / +51 / +19 / +6 % at N = 512 / 1k / 2k / 4k, d128 +9 / +10 / +9 / +4 %, d64 +2 % (128x128) and -2..+1 %
-  // (192x128), HBM bytes at d256 1k from 2.5x the minimum to cuDNN's; at 16k the last round's couples, which cannot
-  // level the CTAs, cost 3-5 %, so longer rows keep grid_groups' order (NOTES.md, session 16).
-  const bool paired = m_tiles <= PAIRED_M_TILES;
+  const bool paired = m_tiles <= PAIRED_M_TILES;  // the walk in couples (paired_tile)
   // Work tile -> coordinates and key-tile range, the same in every role (GROUP_HEADS pairs at a time, longest causal rows first).
   auto work_tile = [&](int tile) {
     int head, b, m_block;

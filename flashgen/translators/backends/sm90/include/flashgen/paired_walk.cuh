@@ -1,17 +1,12 @@
-// flashgen Hopper persistent walk for causal rows in couples of complementary query blocks (the sm90 backend's
-// causal_pairs switch); included only by the kernels that take it.
+// The sm90 walk of causal rows in couples (the causal_pairs switch).
 #pragma once
 
 namespace fg {
 namespace block {
 
-// Causal rows in complementary pairs: work tile `tile` of a persistent grid of `ctas` CTAs walking round by round
-// (tile = round * ctas + CTA) as (pair, m_block). A pair's query blocks m_tiles - 1 - i and i cost m_tiles + 1 key
-// tiles together, whatever i, so the order gives each CTA the long block of one such couple in an even round and its
-// short block in the next: every CTA's work is level without rounds of equal lengths, and a round needs only
-// ctas / (m_tiles / 2) pairs' K and V, not ctas pairs' (which outgrow the L2 at d256: ncu, causal d256 N = 1k, 2.5x
-// the bytes of Q, K, V and O read from HBM; NOTES.md, session 16). Couples left over from the last whole round
-// follow (long blocks, then short), then the middle block of each pair where m_tiles is odd.
+// Work tile `tile` (= round * ctas + CTA) as (pair, m_block): CTA c takes blocks m_tiles - 1 - i and i of a pair in
+// rounds 2R and 2R + 1 (m_tiles + 1 key tiles together, whatever i); after the whole rounds, the couples left (long
+// blocks, then short), then each pair's middle block where m_tiles is odd.
 __device__ __forceinline__ void paired_tile(int tile, int m_tiles, int pairs, int ctas, int& pair, int& m_block) {
   const int per_pair = m_tiles / 2;
   const int couples = pairs * per_pair, whole_rounds = couples / ctas, in_couples = 2 * whole_rounds * ctas;
