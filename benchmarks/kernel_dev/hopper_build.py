@@ -44,6 +44,16 @@ _EXP2_FMA = (
 _P1 = "const float p1 = fg::exp2_approx(fmaf(acc_s[j * 4 + h * 2 + 1], mult, -max_scaled));"
 _P1_MIXED = ("const float p1 = {cond} ? exp2_fma(fmaf(acc_s[j * 4 + h * 2 + 1], mult, -max_scaled))\n"
              "                              : fg::exp2_approx(fmaf(acc_s[j * 4 + h * 2 + 1], mult, -max_scaled));")
+_TRY_WAIT = r'mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n'
+_TRY_WAIT_HINT = r'mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n'
+_WAIT_ARGS = '        : "r"(addr), "r"(phase)\n'
+_WAIT_ARGS_HINT = '        : "r"(addr), "r"(phase), "r"(10000000u)\n'
+_WAIT_HINT_FN = (
+    "__device__ __forceinline__ void wait_hint(uint64_t* bar, uint32_t phase) {\n"
+    "  const uint32_t addr = smem_u32(bar);\n  uint32_t done = 0;\n  do {\n    asm volatile(\n"
+    "        \"{\\n .reg .pred p;\\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\\n"
+    " selp.u32 %0, 1, 0, p;\\n}\\n\"\n"
+    "        : \"=r\"(done) : \"r\"(addr), \"r\"(phase), \"r\"(10000000u) : \"memory\");\n  } while (!done);\n}\n")
 # Session 4 schedules (versions/sm90-session4-schedules.cu.j2 with its flags as template globals): v1 = session 3's
 # kernel (one CTA per work tile, versions/sm90-v1-grid-per-tile.cu.j2); P = persistent grid; PO = persistent + S of
 # the next tile before P V (intra-warpgroup overlap); POP = PO + ping-pong; A = PO with Q double-buffered where it
@@ -149,7 +159,21 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # (cp.async.bulk.prefetch.tensor) as it loads this tile's Q, for the short rows, where a Q tile (up to
              # 64 KB at d256) read from HBM at each tile boundary may be what the consumers wait for. Needs
              # `git apply benchmarks/kernel_dev/versions/sm90-s16-prefetch-next-q.patch`.
-             "QP": dict(options=dict(prefetch_next_q=True))}
+             "QP": dict(options=dict(prefetch_next_q=True)),
+             # Session 17 (measured level, left out): EW = the idle_warpgroups switch: a consumer warpgroup whose
+             # 64 rows all lie past seqlen_q passes the barriers on and computes nothing (192-row blocks at N = 512
+             # and 1k leave one and two of the last block's three warpgroups without rows: 11 % of the tensor work
+             # at plain d64). Needs `git apply benchmarks/kernel_dev/versions/sm90-s17-idle-warpgroups.patch`.
+             "EW": dict(options=dict(idle_warpgroups=True)),
+             # Session 17 (measured level, left out): SW = every mbarrier wait with a suspend-time hint (try_wait's
+             # 4th operand, 10 ms at most: the thread sleeps until the phase completes instead of retrying); SWP =
+             # only the producer's waits (the empty barriers). ncu, causal d64 N = 512: 5 M of the kernel's 65 M instructions are the producer's
+             # try_wait retries (1.8 M loops on one empty barrier), on the SM sub-partition of two consumer warps.
+             "SW": dict(source_sub={_TRY_WAIT: _TRY_WAIT_HINT, _WAIT_ARGS: _WAIT_ARGS_HINT}),
+             "SWP": dict(source_sub={"fg::mbar::wait(q_empty,": "fg::mbar::wait_hint(q_empty,",
+                                     "fg::mbar::wait(&k_empty[s],": "fg::mbar::wait_hint(&k_empty[s],",
+                                     "fg::mbar::wait(&v_empty[s],": "fg::mbar::wait_hint(&v_empty[s],",
+                                     "}  // namespace mbar": _WAIT_HINT_FN + "}  // namespace mbar"})}
 RUN = ("cur",)  # the schedules built by default
 
 
@@ -217,7 +241,7 @@ def configs():
             yield entry(sched, d, causal, tiles)
     for (d, causal), sweep in SWEEP.items():
         for tiles in sweep:
-            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP"):
+            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP", "EW", "PP", "SW", "SWP"):
                 yield entry(sched, d, causal, tiles)
 
 
@@ -285,7 +309,7 @@ def compile_one(kdir: Path) -> str:
     run = subprocess.run(cmd, cwd=kdir, capture_output=True, text=True)
     (kdir / "ptxas.txt").write_text(run.stdout + run.stderr)
     tail = [line for line in (run.stdout + run.stderr).splitlines() if "registers" in line or "spill" in line
-            or "warning" in line.lower() or "error" in line.lower()]
+            or "warning" in line.lower() or "error" in line.lower() or "serialized" in line]
     return f"{name}: rc={run.returncode} " + " | ".join(t.strip() for t in tail)[:400]
 
 

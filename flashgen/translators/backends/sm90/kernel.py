@@ -146,13 +146,21 @@ def schedule(plan: KernelPlan) -> dict:
     options["causal_pairs"] = (options["causal_pairs"] and plan.variant.causal and not plan.variant.window
                                and plan.group_heads == 0)
     if options["pingpong"] is None:
-        # The consumer warpgroups take turns at the tensor cores where a score function computes on positions per
-        # score (ALiBi) and the tile's GEMMs per score are D + Dv <= 256 wide: bf16 ALiBi d128 +5..8 % at N = 512 ..
-        # 4k, causal d128 +2..7 %, d64 (three warpgroups) +4..8 %; d256 -1..-3 %, its GEMMs already cover the
-        # softmax; plain d128 +1..2 % to 4k but -3..-4 % beyond, softcap (SFU-bound) and cos(k_idx) with its term
-        # shared level (NOTES.md, session 12).
+        # The consumer warpgroups take turns at the tensor cores where the tile's GEMMs per score are D + Dv <= 256
+        # wide and either a score function computes on positions per score (ALiBi: bf16 d128 +5..8 % at N = 512 ..
+        # 4k, causal d128 +2..7 %, d64 with three warpgroups +4..8 %; NOTES.md, session 12) or shares one key-only
+        # term (cos(k_idx), with session 14's cos: +8 / +4 / +2 / 0 / 0 % at N = 512 .. 16k; session 17), or the
+        # rows are causal at d64 in two warpgroups (the N <= 1k tile: +1..4 % in two calls; session 17; windows
+        # not measured there). Not d256 (-1..-3 %: its GEMMs already cover the softmax), plain d128 (+1..2 % to 4k,
+        # -3..-4 % beyond), causal d128 (-3..+2 %), softcap (SFU-bound, level).
+        # one term shared by shuffles, as measured: with two (64 registers of terms) the turns spill 132 bytes, not
+        # 60, and the key-term warp's ring with the turns spills 4
+        key_terms = (options["share_key_terms"] and not options["key_terms_warp"]
+                     and len(score_exprs(plan, "0")["key_terms"]) == 1)
+        causal_d64 = (plan.variant.causal and not plan.variant.window and plan.head_dim + plan.dv <= 128
+                      and consumers(plan) == 2)
         options["pingpong"] = (plan.head_dim + plan.dv <= 256
-                               and positions_per_score(plan, options["share_key_terms"]))
+                               and (positions_per_score(plan, options["share_key_terms"]) or key_terms or causal_d64))
     options["pingpong"] = options["pingpong"] and consumers(plan) > 1  # turns need two warpgroups
     return options
 

@@ -538,6 +538,14 @@ fg_attn_fwd_causal_bf16_d64_sm_90_n_le_1024(const FlashgenAttnParams p, const __
     fg::wgmma::commit();
   };
 
+  // Ping-pong: the consumer warpgroups take turns issuing their GEMMs, in a ring of named barriers (ids
+  // PINGPONG_BAR0 + cw, past the epilogue's 1..CONSUMERS), so that one's softmax runs while the next one's GEMMs
+  // hold the tensor cores, where in phase they would all do softmax at once. A turn is the S of the next key tile
+  // and the P V of this one; every warpgroup takes the same turns (one a key tile, one for a tile without keys).
+  constexpr int PINGPONG_BAR0 = 1 + CONSUMERS;
+  auto my_turn = [&]() { fg::warpgroup::bar_sync(PINGPONG_BAR0 + cw, 256); };
+  auto your_turn = [&]() { fg::warpgroup::bar_arrive(PINGPONG_BAR0 + (cw + 1) % CONSUMERS, 256); };
+  if (cw == CONSUMERS - 1) your_turn();  // warpgroup 0 goes first
   // Every consumer warp arrives once on a barrier when it is done with what the barrier guards.
   auto release = [&](uint64_t* bar) {
     __syncwarp();
@@ -645,10 +653,12 @@ fg_attn_fwd_causal_bf16_d64_sm_90_n_le_1024(const FlashgenAttnParams p, const __
         ++it;
         s = it % STAGES;
         fg::mbar::wait(&k_full[s], (it / STAGES) & 1);
+        fg::mbar::wait(&v_full[s_prev], phase_prev);  // both operands here before the turn is taken
+        my_turn();
         fg::wgmma::fence();
         issue_qk(s);
-        fg::mbar::wait(&v_full[s_prev], phase_prev);
         issue_pv(s_prev);
+        your_turn();
         fg::wgmma::wait<1>();  // S landed; P V may still run
         fg::wgmma::fence_regs(acc_s);
         release(&k_empty[s]);
@@ -660,12 +670,18 @@ fg_attn_fwd_causal_bf16_d64_sm_90_n_le_1024(const FlashgenAttnParams p, const __
         rescale_o_pack_p();
       }
       fg::mbar::wait(&v_full[s], (it / STAGES) & 1);
+      my_turn();
       fg::wgmma::fence();
       issue_pv(s);
+      your_turn();
       fg::wgmma::wait<0>();
       fg::wgmma::fence_regs(acc_o);
       release(&v_empty[s]);
       ++it;
+    }
+    else {  // no key tile: the turn still passes, so that the other warpgroups' barriers complete
+      my_turn();
+      your_turn();
     }
 
     // Epilogue: normalize, write O (and LSE); rows that saw no key get O = 0, LSE = -inf.
