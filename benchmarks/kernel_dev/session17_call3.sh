@@ -23,5 +23,5 @@ echo "[$SECONDS s] Hopper grid: exit $?"; tail -8 "$OUT/hopper.log"
 timeout -k 10 "$(cap 60 60)" python3 -m flashgen.cli bench --suite variants --gpu h200 --min-time 0.1 \
   --out "$OUT/variants.json" > "$OUT/variants.log" 2>&1
 echo "[$SECONDS s] variants: exit $?"; tail -10 "$OUT/variants.log"
-timeout -k 10 "$(cap 120 0)" python3 benchmarks/mods_bench.py --out "$OUT/mods.json" > "$OUT/mods.log" 2>&1
+timeout -k 10 "$(cap 120 0)" python3 benchmarks/mods_bench.py --gpu h200 --out "$OUT/mods.json" > "$OUT/mods.log" 2>&1
 echo "[$SECONDS s] mods bench: exit $?"; grep -v -i warn "$OUT/mods.log" | tail -8
