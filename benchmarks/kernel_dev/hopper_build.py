@@ -48,12 +48,6 @@ _TRY_WAIT = r'mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n'
 _TRY_WAIT_HINT = r'mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n'
 _WAIT_ARGS = '        : "r"(addr), "r"(phase)\n'
 _WAIT_ARGS_HINT = '        : "r"(addr), "r"(phase), "r"(10000000u)\n'
-_WAIT_HINT_FN = (
-    "__device__ __forceinline__ void wait_hint(uint64_t* bar, uint32_t phase) {\n"
-    "  const uint32_t addr = smem_u32(bar);\n  uint32_t done = 0;\n  do {\n    asm volatile(\n"
-    "        \"{\\n .reg .pred p;\\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\\n"
-    " selp.u32 %0, 1, 0, p;\\n}\\n\"\n"
-    "        : \"=r\"(done) : \"r\"(addr), \"r\"(phase), \"r\"(10000000u) : \"memory\");\n  } while (!done);\n}\n")
 # Session 4 schedules (versions/sm90-session4-schedules.cu.j2 with its flags as template globals): v1 = session 3's
 # kernel (one CTA per work tile, versions/sm90-v1-grid-per-tile.cu.j2); P = persistent grid; PO = persistent + S of
 # the next tile before P V (intra-warpgroup overlap); POP = PO + ping-pong; A = PO with Q double-buffered where it
@@ -170,11 +164,24 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # only the producer's waits (the empty barriers). ncu, causal d64 N = 512: 5 M of the kernel's 65 M instructions are the producer's
              # try_wait retries (1.8 M loops on one empty barrier), on the SM sub-partition of two consumer warps.
              "SW": dict(source_sub={_TRY_WAIT: _TRY_WAIT_HINT, _WAIT_ARGS: _WAIT_ARGS_HINT}),
-             "SWP": dict(source_sub={"fg::mbar::wait(q_empty,": "fg::mbar::wait_hint(q_empty,",
-                                     "fg::mbar::wait(&k_empty[s],": "fg::mbar::wait_hint(&k_empty[s],",
-                                     "fg::mbar::wait(&v_empty[s],": "fg::mbar::wait_hint(&v_empty[s],",
-                                     "}  // namespace mbar": _WAIT_HINT_FN + "}  // namespace mbar"})}
+             "SWP": dict(transform=lambda source: producer_waits_hinted(source))}  # defined below
 RUN = ("cur",)  # the schedules built by default
+
+
+def producer_waits_hinted(source: str) -> str:
+    """SWP: a copy of fg::mbar::wait with SW's suspend-time hint, wait_hint, beside it, and the producer's waits
+    (the empty barriers of Q, K and V) on it."""
+    start = source.index("__device__ __forceinline__ void wait(uint64_t* bar, uint32_t phase) {")
+    end = source.index("\n}\n", start) + 3
+    hinted = source[start:end].replace("void wait(", "void wait_hint(")
+    for old, new in ((_TRY_WAIT, _TRY_WAIT_HINT), (_WAIT_ARGS, _WAIT_ARGS_HINT)):
+        assert old in hinted, old
+        hinted = hinted.replace(old, new)
+    source = source[:end] + hinted + source[end:]
+    for bar in ("q_empty,", "&k_empty[s],", "&v_empty[s],"):
+        assert f"fg::mbar::wait({bar}" in source, bar
+        source = source.replace(f"fg::mbar::wait({bar}", f"fg::mbar::wait_hint({bar}")
+    return source
 
 
 def hoist_key_terms(source: str) -> str:

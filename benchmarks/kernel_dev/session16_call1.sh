@@ -28,7 +28,4 @@ echo "[$SECONDS s] ncu: exit $?"; rm -f "$OUT"/*.ncu-rep "$OUT/hopper-dev.json"
 gzip -f "$OUT"/ncu-*-details.txt "$OUT"/ncu-*-source.csv 2>/dev/null
 ls -la "$OUT"
 # the table: TF/s at N = 512 / 1k / 2k / 4k / 16k per kernel, in run order
-grep -E "^[A-Za-z]+_|N=" "$OUT/qp.txt" "$OUT/kw.txt" | sed 's/ cudnn.*//' | awk '
-  /_bf16_/ { if (line) print line; split($0, a, ":"); line = a[2]; next }
-  /N=/ { line = line " " $NF }
-  END { print line }'
+bash benchmarks/kernel_dev/dev_table.sh "$OUT/qp.txt" "$OUT/kw.txt"

@@ -21,7 +21,4 @@ gzip -f "$OUT"/ncu-*-details.txt "$OUT"/ncu-*-source.csv 2>/dev/null
 for f in "$OUT"/ncu-*-details.txt.gz; do
   zcat "$f" | grep -E "^  [a-z_]|^    Duration  |DRAM Throughput   |L2 Hit Rate   |Memory Throughput  .*byte"
 done
-grep -E "^[A-Za-z]+_|N=" "$OUT/cp.txt" | sed 's/ cudnn.*//' | awk '
-  /_bf16_/ { if (line) print line; split($0, a, ":"); line = a[1]; next }
-  /N=/ { line = line " " $NF }
-  END { print line }'
+bash benchmarks/kernel_dev/dev_table.sh "$OUT/cp.txt"

@@ -30,7 +30,4 @@ for f in "$OUT"/ncu-*-details.txt.gz; do
   [ -e "$f" ] && zcat "$f" | grep -E "^  [a-z_]|^    Duration  |DRAM Throughput   |L2 Hit Rate   |Memory Throughput  .*byte"
 done
 # the table: TF/s at N = 512 / 1k / 2k / 4k / 16k per kernel, in run order
-grep -E "^[A-Za-z]+_|N=" "$OUT/ew.txt" | sed 's/ cudnn.*//' | awk '
-  /_bf16_/ { if (line) print line; split($0, a, ":"); line = a[1]; next }
-  /N=/ { line = line " " $NF }
-  END { print line }'
+bash benchmarks/kernel_dev/dev_table.sh "$OUT/ew.txt"

@@ -24,7 +24,4 @@ KERNELS=none BENCH=0 SANITIZE="EW_plain_bf16_d64_192x128s2" timeout 100 bash ben
   > "$OUT/sanitize.txt" 2>&1
 echo "[$SECONDS s] sanitize: exit $?"; grep -E "racecheck|synccheck" "$OUT/sanitize.txt" | head
 rm -f "$OUT/hopper-dev.json"
-grep -E "^[A-Za-z]+_|N=" "$OUT/ew-sw.txt" | sed 's/ cudnn.*//' | awk '
-  /_bf16_/ { if (line) print line; split($0, a, ":"); line = a[1]; next }
-  /N=/ { line = line " " $NF }
-  END { print line }'
+bash benchmarks/kernel_dev/dev_table.sh "$OUT/ew-sw.txt"

@@ -131,9 +131,9 @@ def schedule(plan: KernelPlan) -> dict:
     # bf16 N = 512 d128 +13 %, d256 +8 %, d64 +2 %, d128 1k +7 %, window 256 +7-8 % (NOTES.md, session 8)
     # 85-131 -> 394-484 TF/s at N = 512..16k on the H200 (NOTES.md, session 7)
     options.update(_SCHEDULE_OVERRIDES)
+    shared_terms = len(score_exprs(plan, "0")["key_terms"]) if options["share_key_terms"] else 0
     # the warp computes what sharing would: nothing without shared key terms
-    options["key_terms_warp"] = (options["key_terms_warp"] and options["share_key_terms"]
-                                 and bool(score_exprs(plan, "0")["key_terms"]))
+    options["key_terms_warp"] = options["key_terms_warp"] and shared_terms > 0
     fits = [c for c in range(options["o_stage_chunks"], 0, -1)
             if (c == chunks(plan.dv) or options["o_chunked"])
             and smem_bytes(plan, c, options["key_terms_warp"]) <= cta_smem_limit(plan)]
@@ -155,8 +155,7 @@ def schedule(plan: KernelPlan) -> dict:
         # -3..-4 % beyond), causal d128 (-3..+2 %), softcap (SFU-bound, level).
         # one term shared by shuffles, as measured: with two (64 registers of terms) the turns spill 132 bytes, not
         # 60, and the key-term warp's ring with the turns spills 4
-        key_terms = (options["share_key_terms"] and not options["key_terms_warp"]
-                     and len(score_exprs(plan, "0")["key_terms"]) == 1)
+        key_terms = shared_terms == 1 and not options["key_terms_warp"]
         causal_d64 = (plan.variant.causal and not plan.variant.window and plan.head_dim + plan.dv <= 128
                       and consumers(plan) == 2)
         options["pingpong"] = (plan.head_dim + plan.dv <= 256
