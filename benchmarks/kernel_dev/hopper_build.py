@@ -47,11 +47,6 @@ _P1_MIXED = ("const float p1 = {cond} ? exp2_fma(fmaf(acc_s[j * 4 + h * 2 + 1], 
 _TRY_WAIT = r'mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n'
 _TRY_WAIT_HINT = r'mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\n'
 _WAIT_ARGS = '        : "r"(addr), "r"(phase)\n'
-_ELEMENTWISE = "      auto elementwise = [&](auto mask_tag) {\n"
-_ROW_LIMITS = ("      const int key_limit0 = min(seqlen_k, q_row0 + row0 + diag + 1) - k_row0 - 2 * t;\n"
-               "      const int key_limit1 = min(seqlen_k, q_row0 + row0 + 8 + diag + 1) - k_row0 - 2 * t;\n")
-_CAUSAL_VISIBLE = "visible = kpos < seqlen_k && (kpos <= qpos + diag);"
-_CAUSAL_VISIBLE_RL = "visible = (i >> 2) * 8 + (i & 1) < (((i >> 1) & 1) ? key_limit1 : key_limit0);"
 _WAIT_ARGS_HINT = '        : "r"(addr), "r"(phase), "r"(10000000u)\n'
 # Session 4 schedules (versions/sm90-session4-schedules.cu.j2 with its flags as template globals): v1 = session 3's
 # kernel (one CTA per work tile, versions/sm90-v1-grid-per-tile.cu.j2); P = persistent grid; PO = persistent + S of
@@ -178,11 +173,11 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              "WS": dict(options=dict(key_terms_scratch=True)),
              "WSP": dict(options=dict(key_terms_scratch=True, pingpong=True)),
              "WSN": dict(options=dict(key_terms_scratch=True, pingpong=False)),
-             # Session 18: RL = the causal diagonal tile's mask as one compare a score against a per-row key limit
-             # (the key limit of each of the thread's two rows, less the thread's first column, once per tile: the
-             # column's constant offset is then visible iff below it), in place of the column's position, two
-             # compares and their AND (ncu s17, causal d64 N = 512: cuDNN's mask about half our integer operations)
-             "RL": dict(source_sub={_ELEMENTWISE: _ROW_LIMITS + _ELEMENTWISE, _CAUSAL_VISIBLE: _CAUSAL_VISIBLE_RL})}
+             # Session 18: RK = the row_key_limits switch: a masked tile's visibility as one compare a score (two
+             # for a window) against per-row key limits (plan.key_range: each of the thread's two rows' limit, less
+             # its first column, once per tile), in place of the key's position, two compares and their AND (ncu
+             # s17, causal d64 N = 512: cuDNN's mask about half our integer operations)
+             "RK": dict(options=dict(row_key_limits=True))}
 RUN = ("cur",)  # the schedules built by default
 
 
@@ -266,7 +261,7 @@ def configs():
             yield entry(sched, d, causal, tiles)
     for (d, causal), sweep in SWEEP.items():
         for tiles in sweep:
-            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP", "EW", "PP", "SW", "SWP", "RL"):
+            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP", "EW", "PP", "SW", "SWP", "RK"):
                 yield entry(sched, d, causal, tiles)
 
 

@@ -69,6 +69,7 @@ from flashgen.translators.plan import (
     POSITION_NAMES,
     SIZE_C,
     KernelPlan,
+    KeyRange,
     Normalization,
     NormKind,
     Prologue,
@@ -249,6 +250,7 @@ class _Lowering:
     backend_name: str | None = None  # a code path other than the target's choice (sm80 on an H200, to compare)
     notes: list[str] = field(default_factory=list)
     skip_tile: str = field(default="false", init=False)  # the plan's skip_tile (visibility() sets it)
+    key_range: KeyRange | None = field(default=None, init=False)  # the plan's key_range (visibility() sets it)
 
     def __post_init__(self) -> None:
         self.arch = self.target.arch
@@ -1024,6 +1026,7 @@ class _Lowering:
             texts.append(self.compile(element, "score", stmt))
             tile_tests.append(self.tile_violation(c, stmt))
         visible = " && ".join(f"({t})" if len(kept) > 1 and ("||" in t or "?" in t) else t for t in texts)
+        self.key_range = self.key_range_of(kept)
         bounds = [self.interval_test(c) for c, _ in kept]
         self.skip_tile = self.skip_test(kept, bounds)
         # a condition the linear box test does not take: masked where its interval bounds say it may fail
@@ -1034,6 +1037,41 @@ class _Lowering:
             return visible, "true"
         mask_tile = " || ".join(f"({t})" if len(tile_tests) > 1 else t for t in tile_tests)  # type: ignore[misc]
         return visible, mask_tile
+
+    def key_range_of(self, conds: list[tuple[Any, Any]]) -> KeyRange | None:
+        """The conditions' conjunction as lo <= kpos < hi per row (plan.key_range), where every one of them (and
+        every part of an `and`) is a comparison of integers linear in k_idx with coefficient +-1 whose other terms
+        do not read k_idx: L <= 0 with L = k_idx + R gives hi = 1 - R, with L = R - k_idx gives lo = R; several
+        bounds on a side, their max (lo) or min (hi). None where any is not of that form."""
+        los: list[str] = []
+        his: list[str] = []
+
+        def take(c: Any, stmt: Any) -> bool:
+            if isinstance(c, ast.Binary) and c.op == "and":
+                return take(c.left, stmt) and take(c.right, stmt)
+            le = self.as_le_zero(c)
+            key = (("k_idx", 1),)
+            if le is None or le.terms.get(key) not in (1, -1):
+                return False
+            coef = le.terms[key]
+            rest = Poly({f: v for f, v in le.terms.items() if f != key}, dict(le.atoms))
+            if any("k_idx" in _names(rest.atoms[a]) for f in rest.terms for a, _ in f):
+                return False
+            bound = Poly.const(1).add(rest, -1) if coef == 1 else rest
+            text = self.compile(self.hoist_reads(from_poly(_diag_hook(bound), self.is_float)), "score", stmt)
+            (his if coef == 1 else los).append(text)
+            return True
+
+        if not conds or not all(take(c, stmt) for c, stmt in conds):
+            return None
+
+        def fold(side: list[str], fn: str) -> str | None:
+            out = None
+            for text in side:
+                out = text if out is None else f"{fn}({out}, {text})"
+            return out
+
+        return KeyRange(lo=fold(los, "max"), hi=fold(his, "min"))
 
     def interval_test(self, c: Any) -> tiles.Cond:
         """The interval bounds of condition c over a tile (flashgen.translators.tiles): its leaves are the tile C's
@@ -1431,7 +1469,8 @@ class _Lowering:
                 variant=self.variant.model_copy(update={"return_lse": write_lse})
                 if not self.variant.split_kv and write_lse != self.variant.return_lse else self.variant,
                 score_mods=mods, prologue=prologue, visible=visible, norm=norm, write_lse=write_lse,
-                kv_tile_begin=begin, kv_tile_end=end, mask_tile=mask_tile, skip_tile=self.skip_tile)
+                kv_tile_begin=begin, kv_tile_end=end, mask_tile=mask_tile, skip_tile=self.skip_tile,
+                key_range=self.key_range)
         except ValueError as exc:
             msg = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors()) \
                 if hasattr(exc, "errors") else str(exc)

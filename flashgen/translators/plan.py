@@ -119,6 +119,17 @@ class Prologue(BaseModel):
     expr: str = Field(description="C expression over head, heads, seqlen_q, seqlen_k, batch, diag")
 
 
+class KeyRange(BaseModel):
+    """`visible` as one interval of keys per query row: key kpos is visible to query qpos iff lo <= kpos < hi (a
+    bound None: that side unbounded), lo and hi C int expressions over qpos and block invariants. A kernel can then
+    mask a tile's scores against two per-row limits, not per score (the sm90 path's row_key_limits)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    lo: str | None = Field(default=None, description="C int expression: the row's first visible key")
+    hi: str | None = Field(default=None, description="C int expression: one past the row's last visible key")
+
+
 class NormKind(str, Enum):
     softmax = "softmax"   # online softmax, exp2 with log2(e) folded into the scale, running max/sum rescale
     relu = "relu"         # p = p_expr, no running statistics, no final division
@@ -164,6 +175,9 @@ class KernelPlan(BaseModel):
     prologue: list[Prologue] = Field(default_factory=list, description="per-block constants for the expressions")
     visible: str | None = Field(default=None, description="C bool expression: key kpos is visible to query qpos; "
                                 "None = all keys visible. Keys >= seqlen_k are always masked by the kernel")
+    key_range: KeyRange | None = Field(default=None, description="`visible` exactly as a per-row interval of keys, "
+                                       "where it is one (every condition linear in kpos with coefficient +-1); "
+                                       "None: it is not, or all keys are visible")
     norm: Normalization
     write_lse: bool = Field(description="write the natural-log LSE (fp32) of each row to p.lse")
     kv_tile_begin: str = Field(default="0", description="C int expression: first key tile of query tile m_block")
@@ -248,6 +262,8 @@ def check_expressions(plan: KernelPlan) -> None:
     known = EXPR_NAMES | {p.name for p in plan.prologue}
     pieces = [("visible", plan.visible), ("kv_tile_begin", plan.kv_tile_begin), ("kv_tile_end", plan.kv_tile_end),
               ("mask_tile", plan.mask_tile), ("skip_tile", plan.skip_tile), ("p_expr", plan.norm.p_expr)]
+    if plan.key_range is not None:
+        pieces += [("key_range lo", plan.key_range.lo), ("key_range hi", plan.key_range.hi)]
     pieces += [(f"score_mod {m.name}", m.expr) for m in plan.score_mods]
     pieces += [(f"prologue {p.name}", p.expr) for p in plan.prologue]
     for what, expr in pieces:
@@ -297,42 +313,46 @@ def score_mods_for(variant: Variant) -> tuple[list[ScoreMod], list[Prologue]]:
     return mods, prologue
 
 
-def visibility_for(variant: Variant) -> tuple[str | None, str, str, str]:
-    """(visible, kv_tile_begin, kv_tile_end, mask_tile) for the variant's mask."""
+def visibility_for(variant: Variant) -> tuple[str | None, str, str, str, KeyRange | None]:
+    """(visible, kv_tile_begin, kv_tile_end, mask_tile, key_range) for the variant's mask."""
     all_tiles_end = "(seqlen_k + BLOCK_N - 1) / BLOCK_N"
     if variant.two_sided:
         return _two_sided_visibility(variant, all_tiles_end)
     if not variant.causal:
-        return None, "0", all_tiles_end, "false"
+        return None, "0", all_tiles_end, "false", None
     # last visible key of the tile's last row is (m_block+1)*BLOCK_M - 1 + diag
     end = f"min({all_tiles_end}, max(0, ((m_block + 1) * BLOCK_M + diag + BLOCK_N - 1) / BLOCK_N))"
     causal_mask = "(n_block + 1) * BLOCK_N - 1 > m_block * BLOCK_M + diag"
     if variant.window is None:
-        return "kpos <= qpos + diag", "0", end, causal_mask
+        return "kpos <= qpos + diag", "0", end, causal_mask, KeyRange(hi="qpos + diag + 1")
     w = variant.window
     # first visible key of the tile's first row is m_block*BLOCK_M + diag - (W - 1)
     begin = f"max(0, m_block * BLOCK_M + diag - {w - 1}) / BLOCK_N"
     visible = f"kpos <= qpos + diag && qpos + diag - kpos < {w}"
     window_mask = f"(m_block + 1) * BLOCK_M - 1 + diag - n_block * BLOCK_N >= {w}"
-    return visible, begin, end, f"({causal_mask}) || ({window_mask})"
+    return (visible, begin, end, f"({causal_mask}) || ({window_mask})",
+            KeyRange(lo=f"qpos + diag - {w - 1}", hi="qpos + diag + 1"))
 
 
-def _two_sided_visibility(variant: Variant, all_tiles_end: str) -> tuple[str, str, str, str]:
+def _two_sided_visibility(variant: Variant, all_tiles_end: str) -> tuple[str, str, str, str, KeyRange]:
     """FlashAttention's window size (left, right), not causal: keys qpos + diag - left .. qpos + diag + right; the
     key-tile range skips the tiles before the first row's window and after the last row's."""
     left, right = variant.window_left, variant.window_right
     conds, masks, begin, end = [], [], "0", all_tiles_end
+    lo = hi = None
     if right is not None:
         conds.append(f"kpos <= qpos + diag + {right}")
+        hi = f"qpos + diag + {right + 1}"
         # last visible key of the tile's last row is (m_block+1)*BLOCK_M - 1 + diag + right
         end = f"min({all_tiles_end}, max(0, ((m_block + 1) * BLOCK_M + diag + {right} + BLOCK_N - 1) / BLOCK_N))"
         masks.append(f"(n_block + 1) * BLOCK_N - 1 > m_block * BLOCK_M + diag + {right}")
     if left is not None:
         conds.append(f"qpos + diag - kpos <= {left}")
+        lo = f"qpos + diag - {left}"
         # first visible key of the tile's first row is m_block*BLOCK_M + diag - left
         begin = f"max(0, m_block * BLOCK_M + diag - {left}) / BLOCK_N"
         masks.append(f"(m_block + 1) * BLOCK_M - 1 + diag - n_block * BLOCK_N > {left}")
-    return " && ".join(conds), begin, end, " || ".join(f"({m})" for m in masks)
+    return " && ".join(conds), begin, end, " || ".join(f"({m})" for m in masks), KeyRange(lo=lo, hi=hi)
 
 
 def normalization_for(variant: Variant) -> tuple[Normalization, list[Prologue]]:

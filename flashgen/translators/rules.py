@@ -41,7 +41,7 @@ def plan_for_variant(variant: Variant, target: Target | str, dtype: DType, head_
                                head_dim_v=head_dim_v)
     mods, prologue = score_mods_for(variant)
     norm, norm_prologue = normalization_for(variant)
-    visible, begin, end, mask_tile = visibility_for(variant)
+    visible, begin, end, mask_tile, key_range = visibility_for(variant)
     kernel_name = name or f"fg_{variant.name}_{dtype.value}_{head_dims_tag(head_dim, head_dim_v)}_{target.arch}"
     try:
         return KernelPlan(
@@ -50,6 +50,7 @@ def plan_for_variant(variant: Variant, target: Target | str, dtype: DType, head_
             **tile_fields(params, variant),
             variant=variant, score_mods=mods, prologue=prologue + norm_prologue, visible=visible, norm=norm,
             write_lse=variant.return_lse, kv_tile_begin=begin, kv_tile_end=end, mask_tile=mask_tile,
+            key_range=key_range,
         )
     except ValueError as exc:
         raise UsageError(f"cannot plan {kernel_name}: {exc}") from None

@@ -129,6 +129,9 @@ def schedule(plan: KernelPlan) -> dict:
                    # ... or once per column and warp, each lane computing a float4 of them into the warp's slot of
                    # shared memory and reading its own as float4s (no shuffles, no barrier beyond the warp's)
                    key_terms_scratch=False,
+                   # a masked tile's visibility as one or two compares a score against per-row key limits, where
+                   # the plan has them (plan.key_range: causal, windows, linear masks): unmeasured
+                   row_key_limits=False,
                    # odd rounds of the persistent walk in reverse CTA order (fg::block::round_tile): causal bf16
                    # d256 +7 / +8 / +9 % at N = 2k / 4k / 16k, d128 +6 % at 16k, d64 +1.5 %, plain and window 256
                    # level (NOTES.md, session 11)
@@ -150,6 +153,7 @@ def schedule(plan: KernelPlan) -> dict:
     # the warp computes what sharing would: nothing without shared key terms
     options["key_terms_warp"] = options["key_terms_warp"] and shared_terms > 0
     options["key_terms_scratch"] = options["key_terms_scratch"] and shared_terms > 0 and not options["key_terms_warp"]
+    options["row_key_limits"] = options["row_key_limits"] and plan.key_range is not None
     fits = [c for c in range(options["o_stage_chunks"], 0, -1)
             if (c == chunks(plan.dv) or options["o_chunked"])
             and smem_bytes(plan, c, key_terms_in(options)) <= cta_smem_limit(plan)]
@@ -187,10 +191,11 @@ _SCHEDULE_OVERRIDES: dict = {}
 @contextmanager
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
-    share_key_terms, key_terms_warp, key_terms_scratch, grid_groups, snake_rounds, l2_groups, causal_pairs, pingpong) in place of the
-    defaults, as development builds and the tests of an unmeasured switch do."""
+    share_key_terms, key_terms_warp, key_terms_scratch, row_key_limits, grid_groups, snake_rounds, l2_groups,
+    causal_pairs, pingpong) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
     unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "key_terms_warp",
-                              "key_terms_scratch", "grid_groups", "snake_rounds", "l2_groups", "causal_pairs", "pingpong"}
+                              "key_terms_scratch", "row_key_limits", "grid_groups", "snake_rounds", "l2_groups",
+                              "causal_pairs", "pingpong"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)
@@ -263,7 +268,8 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         **options, plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
         chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
         producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers], ctas_per_sm=ctas_per_sm(plan),
-        key_term_slots=key_term_slots(plan, key_terms_in(options)), key_term_stride=key_term_stride(plan.block_n), paired_m_tiles=PAIRED_M_TILES,
+        key_term_slots=key_term_slots(plan, key_terms_in(options)), key_term_stride=key_term_stride(plan.block_n),
+        paired_m_tiles=PAIRED_M_TILES,
         reverse_m=plan.variant.causal, **score_units(plan), l2_group_bytes=plan.target.l2_bytes // 2,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
         **v_names(plan), **shared_terms,
