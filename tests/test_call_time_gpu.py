@@ -8,8 +8,7 @@ on the sm80 path (the A100 target) and the sm90 path (the H200 target), each com
 - Score and mask functions: `s + 0.25 * cos(k_idx)`, the per-batch length mask `k_idx < LEN[b]` (a call-time int32
   tensor filled per case and seed, its reference the TL interpreted with the same tensor), a document mask; on the
   sm90 path also with the switch that shares key-only calls in the warp off (share_key_terms, on by default), and
-  with the key-only terms computed by a warp of the producer's warpgroup into shared memory (key_terms_warp), and
-  handed over through each consumer warp's own slot of shared memory (key_terms_scratch).
+  with the key-only terms computed by a warp of the producer's warpgroup into shared memory (key_terms_warp).
 - Kernel.__call__ with torch tensors: the slopes and a length table given by the caller, against the fp64 reference.
 """
 
@@ -34,8 +33,6 @@ TWO_TERMS = {"score_mod": "s + cos(k_idx + h) + exp(-k_idx / M)"}
 # sm90 schedule switches (flashgen.translators.backends.sm90.kernel.schedule_overrides) a kernel is built under
 UNSHARED = {"share_key_terms": False}
 KEY_WARP = {"key_terms_warp": True}
-KEY_SCRATCH = {"key_terms_scratch": True}
-KEY_SCRATCH_TURNS = {"key_terms_scratch": True, "pingpong": True}
 TARGETS = [("a100", "fp16"), ("a100", "bf16"), ("h200", "fp16"), ("h200", "bf16")]  # the sm80 path, the sm90 path
 # key -> (gpu, dtype, variant, mods keywords or None, fixed ALiBi formula)
 KERNELS = {
@@ -63,11 +60,6 @@ KERNELS = {
     # two terms, tile tests (the warp walks the producer's tiles) and a head-dependent term, in the warp's ring
     ("lengths_causal_two_terms_key_warp", "h200", "bf16"): (
         "h200", "bf16", Variant(causal=True, return_lse=True), {**LENGTHS, **TWO_TERMS}, False, 128, KEY_WARP),
-    # the terms through each consumer warp's slot of shared memory: one term, two (ping-pong) with tile tests
-    **{("score_cos_key_scratch", "h200", dtype): ("h200", dtype, Variant(return_lse=True), SCORE, False, 128,
-                                                  KEY_SCRATCH) for dtype in ("fp16", "bf16")},
-    ("lengths_causal_two_terms_key_scratch", "h200", "bf16"): (
-        "h200", "bf16", Variant(causal=True, return_lse=True), {**LENGTHS, **TWO_TERMS}, False, 64, KEY_SCRATCH_TURNS),
     ("documents_causal_cos_key_warp", "h200", "bf16"): (
         "h200", "bf16", Variant(causal=True, return_lse=True), {**DOCUMENTS, **SCORE}, False, 64, KEY_WARP),
 }
@@ -78,8 +70,8 @@ def build(gpu: str, dtype: str, variant: Variant, mods: dict | None, fixed_formu
     """(source, manifest) the way `flashgen generate` builds it: the library's TL (with the functions written in),
     checked and translated for `gpu`; `fixed_formula`: the ALiBi slopes written as 2^(-8 (h + 1) / H) instead of read
     from the caller (a kernel that ignores them); `schedule`: sm90 schedule switches to build under (UNSHARED: each
-    thread evaluates the key-only calls for its own columns; KEY_WARP: the key-term warp computes them; KEY_SCRATCH:
-    they pass through the consumer warps' slots of shared memory), each checked to have taken effect in the source."""
+    thread evaluates the key-only calls for its own columns; KEY_WARP: the key-term warp computes them), each checked
+    to have taken effect in the source."""
     if schedule:
         from flashgen.translators.backends.sm90 import kernel
 
@@ -87,7 +79,6 @@ def build(gpu: str, dtype: str, variant: Variant, mods: dict | None, fixed_formu
             source, manifest = build(gpu, dtype, variant, mods, fixed_formula, head_dim)
         assert "__shfl_sync(0xffffffffu, mine" not in source and "cos_approx" in source
         assert ("kt_full[kt_slot]" in source) == bool(schedule.get("key_terms_warp")), schedule
-        assert ("kt_slot = cw * 4 + warp_in_wg" in source) == bool(schedule.get("key_terms_scratch")), schedule
         return source, manifest
     from flashgen.harness.environment import Environment
     from flashgen.mods import make_mods, reference_program

@@ -237,3 +237,50 @@ def test_git_commit_prefers_the_commit_it_is_told(monkeypatch):
     monkeypatch.delenv("FLASHGEN_GIT_COMMIT")
     found = git_commit()
     assert found is None or found.split("+")[0].isalnum()
+
+
+def test_the_mods_benchmark_times_in_rounds_with_the_plain_kernel_first_then_last(monkeypatch):
+    """bench_mods: MOD_ROUNDS rounds, each timing every kernel once, the plain kernel first in one round and last
+    in the next; a kernel's ratio is the median of the rounds' ratios against the plain kernel of the same round.
+    The fake card times its first kernel of a call 10 % fast (a clock that drops once the card warms up): timed
+    first every round, the plain kernel would make every ratio 10 % low; alternated, the median is the true one."""
+    from types import SimpleNamespace
+
+    from flashgen.harness import suite as suite_mod
+    from flashgen.harness import worker as worker_mod
+
+    true_ms = {"plain": 1.0, "score_cos": 1.25}
+    calls: list[list[str]] = []
+
+    def label(kernel):
+        return "score_cos" if "0.25f * fg::cos_approx" in kernel.source else "plain"
+
+    class FakeWorker:
+        def __init__(self, **_kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def verify(self, kernel, timeout_s):
+            return SimpleNamespace(ok=True, summary="PASS (fake)")
+
+        def call(self, _fn, timeout_s, kernels, **_kwargs):
+            names = [label(k) for k in kernels]
+            calls.append(names)
+            entries = [SimpleNamespace(kind="kernel", ok=True, error=None,
+                                       stats=SimpleNamespace(median_ms=true_ms[n] * (0.9 if i == 0 else 1.0)))
+                       for i, n in enumerate(names)]
+            return SimpleNamespace(ok=True, error=None, value=SimpleNamespace(entries=entries))
+
+    monkeypatch.setattr(worker_mod, "GpuWorker", FakeWorker)
+    (row,) = suite_mod.bench_mods("h200", names=["score_cos"])
+    assert row.ok and row.verified == "PASS (fake)", row.error
+    assert calls == [["plain", "score_cos"], ["score_cos", "plain"]] * (suite_mod.MOD_ROUNDS // 2)
+    assert len(row.round_ratios) == suite_mod.MOD_ROUNDS
+    assert sorted({round(r, 4) for r in row.round_ratios}) == [round(0.8 * 0.9, 4), round(0.8 / 0.9, 4)]
+    assert math.isclose(row.ratio, (0.8 * 0.9 + 0.8 / 0.9) / 2) and abs(row.ratio - 0.8) < 0.01
+    assert math.isclose(row.ms, (1.25 * 0.9 + 1.25) / 2) and math.isclose(row.plain_ms, (0.9 + 1.0) / 2)

@@ -483,38 +483,3 @@ def test_the_key_term_warp_computes_the_terms_once_per_cta_and_compiles():
     assert built.ok and built.kernels, built.feedback_text()
     assert all(u.spill_store_bytes == 0 and u.spill_load_bytes == 0 for u in built.kernels.values()), \
         built.feedback_text()
-
-
-@pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc not on PATH")
-def test_the_key_term_scratch_hands_the_terms_over_in_shared_memory_and_compiles():
-    """key_terms_scratch: each consumer warp's lanes compute a key tile's key-only terms a float4 each into the warp's
-    own slot of shared memory between two __syncwarp and read their columns back as float4s, in place of the
-    shuffles; the manifest counts 4 slots per consumer warpgroup; a kernel without key terms renders as without the
-    switch; one and two terms compile for sm_90a without spills (two with ping-pong, as the schedule takes it)."""
-    from flashgen.harness.compile import compile_cuda
-    from flashgen.harness.suite import build_mask_kernel
-    from flashgen.translators.backends.sm90 import kernel
-
-    keywords = {"score_mod": SCORE}
-    with kernel.schedule_overrides(key_terms_scratch=False):
-        shuffled, shuffled_manifest = build_mask_kernel("h200", "bf16", Variant(), 128, keywords)
-    with kernel.schedule_overrides(key_terms_scratch=True):
-        source, manifest = build_mask_kernel("h200", "bf16", Variant(), 128, keywords)
-        plain_with, _ = build_mask_kernel("h200", "bf16", Variant(), 128, {})
-    with kernel.schedule_overrides(key_terms_scratch=True, pingpong=True):
-        two, _ = build_mask_kernel("h200", "bf16", Variant(causal=True), 128,
-                                   {"score_mod": "s * cos(k_idx + h) + exp(-k_idx / M)"})
-    plain, _ = build_mask_kernel("h200", "bf16", Variant(), 128, {})
-    assert plain_with == plain and "sKT" not in plain
-    assert "__shfl_sync(0xffffffffu, mine" in shuffled and "__shfl_sync(0xffffffffu, mine" not in source
-    assert "__shfl_sync(0xffffffffu, mine" not in two and "float kt1[BLOCK_N / 4];" in two
-    assert source.count("(&v0.x)[e] = (0.25f * fg::cos_approx((float)kpos));") == 1
-    assert source.count("__syncwarp();") == shuffled.count("__syncwarp();") + 2 and "const int kt_slot = cw * 4 + warp_in_wg;" in source
-    assert "kt_full" not in source and "KT_SLOTS = 8;" in source  # two consumer warpgroups of 4 warps
-    slots = 4 * 2 * (4 * kernel.key_term_stride(128) * 4)
-    assert manifest.launches[0].smem_bytes == shuffled_manifest.launches[0].smem_bytes + slots
-    for name, text in (("key_term_scratch.cu", source), ("key_term_scratch_two.cu", two)):
-        built = compile_cuda(text, "sm_90a", filename=name)
-        assert built.ok and built.kernels, built.feedback_text()
-        assert all(u.spill_store_bytes == 0 and u.spill_load_bytes == 0 for u in built.kernels.values()), \
-            built.feedback_text()

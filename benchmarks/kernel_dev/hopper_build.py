@@ -167,17 +167,16 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              "SWP": dict(transform=lambda source: producer_waits_hinted(source)),  # defined below
              # Session 18: WS = the key_terms_scratch switch: a key tile's key-only terms once per column and warp
              # as before, but each lane computes one float4 of them into the warp's slot of shared memory and reads
-             # its own 32 as 8 float4s, between two __syncwarp (1 STS.128 + 8 LDS.128 for 32 SHFL a thread and tile;
-             # the warp's shuffles all go through the SM's one shuffle unit). WSP = WS with ping-pong forced on,
-             # WSN = with it off (the rule below keeps it for one shared term).
+             # its own 32 as 8 float4s, between two __syncwarp (no shuffles); WSP = with ping-pong forced on, WSN =
+             # off. Measured 3-4 % slower than the shuffles (cos), 1-6 % (two terms); not kept. Needs
+             # `git apply benchmarks/kernel_dev/versions/sm90-s18-key-terms-scratch.patch`.
              "WS": dict(options=dict(key_terms_scratch=True)),
              "WSP": dict(options=dict(key_terms_scratch=True, pingpong=True)),
              "WSN": dict(options=dict(key_terms_scratch=True, pingpong=False)),
-             # Session 18: RK = the row_key_limits switch: a masked tile's visibility as one compare a score (two
-             # for a window) against per-row key limits (plan.key_range: each of the thread's two rows' limit, less
-             # its first column, once per tile), in place of the key's position, two compares and their AND (ncu
-             # s17, causal d64 N = 512: cuDNN's mask about half our integer operations)
-             "RK": dict(options=dict(row_key_limits=True))}
+             # Session 18: RN = production without row_key_limits (a masked tile's visibility per score from the
+             # key's position and `visible`, as before; production compares each score's column with its row's
+             # key limits from plan.key_range): session 18's A/B, the other way round
+             "RN": dict(options=dict(row_key_limits=False))}
 RUN = ("cur",)  # the schedules built by default
 
 
@@ -261,7 +260,7 @@ def configs():
             yield entry(sched, d, causal, tiles)
     for (d, causal), sweep in SWEEP.items():
         for tiles in sweep:
-            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP", "EW", "PP", "SW", "SWP", "RK"):
+            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP", "EW", "PP", "SW", "SWP", "RN"):
                 yield entry(sched, d, causal, tiles)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import os
+import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -761,6 +762,11 @@ MOD_SUITE_SHAPE = Shape(B=4, H=16, N=4096, M=4096, D=128)
 MOD_SUITE_DTYPE = DType.bf16
 MOD_GOAL = FUNCTION_GOAL  # visible-work TF/s at least this share of the plain kernel's (flashgen.mods)
 MOD_SEED = BENCH_SEED  # the seed the call-time tensors are filled with (bench_kernels' and the visible pairs')
+#: rounds of the mods benchmark: each times every kernel once, the plain kernel first in odd rounds and last in even
+#: ones, so that a drift of the card's clock over a round (the plain kernel timed first, straight after the
+#: verifications left the card idle, read 684 TF/s against the grid's 632 at the same shape on an H100; session 18)
+#: weighs on both sides of a ratio alike
+MOD_ROUNDS = 4
 
 
 class ModBench(BaseModel):
@@ -781,7 +787,10 @@ class ModBench(BaseModel):
     plain_ms: float | None = None
     tflops_visible: float | None = Field(default=None, description="4*B*H*D per visible pair / the mask's time")
     plain_tflops: float | None = None
-    ratio: float | None = Field(default=None, description="tflops_visible / plain_tflops (the goal: >= MOD_GOAL)")
+    ratio: float | None = Field(default=None, description="tflops_visible / plain_tflops, the median of the rounds' "
+                                "(the goal: >= MOD_GOAL)")
+    round_ratios: list[float] = Field(default_factory=list, description="each round's ratio, its kernel against the "
+                                      "plain kernel timed in the same round")
 
 
 def mods_suite() -> list[tuple[DType, Variant, Shape, str]]:
@@ -807,13 +816,14 @@ def build_mask_kernel(gpu: str, dtype: DType | str, variant: Variant, head_dim: 
 
 
 def bench_mods(gpu: str = "h200", names: list[str] | None = None, min_time_s: float = 0.2,
-               timeout_s: float = 1800) -> list[ModBench]:
+               timeout_s: float = 1800, rounds: int = MOD_ROUNDS) -> list[ModBench]:
     """Needs a GPU. Each kernel of MOD_SUITE (or `names`) and the plain kernel, built on the CPU for `gpu` (its code
     path: h200 the sm90 path, a100 the sm80 path, compiled for the GPU present); each with functions is verified first
     (the harness's whole verification, against the functions' meaning) and, if it passes, timed with the plain
-    kernel in one worker at MOD_SUITE_SHAPE without baselines. Each one's TF/s counts its own visible pairs
-    (flashgen.mods.visible_pairs, with the call-time tensors the timing passes), and `ratio` is its over the plain
-    kernel's."""
+    kernel in one worker at MOD_SUITE_SHAPE without baselines, in `rounds` rounds (MOD_ROUNDS: the plain kernel first,
+    then last). Each one's TF/s counts its own visible pairs (flashgen.mods.visible_pairs, with the call-time tensors
+    the timing passes); `ratio` is the median over the rounds of its TF/s over the plain kernel's in the same round,
+    and the times are the rounds' medians."""
     from flashgen.harness.device import KernelInput
     from flashgen.harness.worker import GpuWorker
     from flashgen.mods import make_mods, visible_share
@@ -844,14 +854,39 @@ def bench_mods(gpu: str = "h200", names: list[str] | None = None, min_time_s: fl
                 timed.append((row, kernel))
             else:
                 row.error = f"fails verification: {row.verified}"
-        result = worker.call("flashgen.harness.bench:bench_kernels", timeout_s=timeout_s,
-                             kernels=[KernelInput(source=plain_source, manifest=plain_manifest),
-                                      *(kernel for _row, kernel in timed)],
-                             shapes=[shape], baselines=False, min_time_s=min_time_s, seed=MOD_SEED)
-    if not result.ok:
-        for row, _kernel in timed:
-            row.error = f"bench failed: {(result.error or '').splitlines()[0]}"
-        return rows
+        kernels = [KernelInput(source=plain_source, manifest=plain_manifest), *(kernel for _row, kernel in timed)]
+        # rounds[r][i]: kernel i's entry in round r (kernel 0 the plain one), in the kernels' order
+        by_round: list[list] = []
+        for r in range(rounds):
+            order = list(range(len(kernels))) if r % 2 == 0 else list(reversed(range(len(kernels))))
+            result = worker.call("flashgen.harness.bench:bench_kernels", timeout_s=timeout_s,
+                                 kernels=[kernels[i] for i in order], shapes=[shape], baselines=False,
+                                 min_time_s=min_time_s, seed=MOD_SEED)
+            if not result.ok:
+                for row, _kernel in timed:
+                    row.error = f"bench failed: {(result.error or '').splitlines()[0]}"
+                return rows
+            # one entry per kernel, in the call's order (a kernel with functions has its variant's name: the plain's)
+            entries = [e for e in result.value.entries if e.kind == "kernel"]
+            if len(entries) != len(kernels):
+                for row, _kernel in timed:
+                    row.error = f"bench returned {len(entries)} entries for {len(kernels)} kernels"
+                return rows
+            by_round.append([entries[order.index(i)] for i in range(len(kernels))])
+    for i, (row, _kernel) in enumerate(timed, start=1):
+        pairs = [(round_[0], round_[i]) for round_ in by_round]
+        failed = next((e for pair in pairs for e in pair if not e.ok), None)
+        if failed is not None or row.visible_share is None:
+            row.error = (failed.error if failed is not None else None) or "not timed (or the plain kernel was not)"
+            continue
+        row.round_ratios = [row.visible_share * plain.stats.median_ms / entry.stats.median_ms for plain, entry in pairs]
+        row.ms = statistics.median(entry.stats.median_ms for _plain, entry in pairs)
+        row.plain_ms = statistics.median(plain.stats.median_ms for plain, _entry in pairs)
+        row.plain_tflops = attention_flops(shape, variant) / (row.plain_ms * 1e-3) / 1e12
+        row.tflops_visible = attention_flops(shape, variant) * row.visible_share / (row.ms * 1e-3) / 1e12
+        row.ratio = statistics.median(row.round_ratios)
+        row.ok = True
+    return rows
     # one entry per kernel, in the kernels' order (a kernel with functions has its variant's name: the plain one's)
     entries = [e for e in result.value.entries if e.kind == "kernel"]
     plain = entries[0] if entries and entries[0].ok else None

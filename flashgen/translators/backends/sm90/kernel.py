@@ -78,40 +78,28 @@ def key_term_stride(block_n: int) -> int:
     return stride
 
 
-def key_term_slots(plan: KernelPlan, key_terms_in: str | None) -> int:
-    """Slots of shared memory for a key tile's key-only terms: the key-term warp's ring (key_terms_in "warp"),
-    one per consumer warp ("scratch"), none where the terms stay in registers (None)."""
-    return {"warp": KEY_TERM_SLOTS, "scratch": 4 * consumers(plan), None: 0}[key_terms_in]
-
-
-def key_terms_bytes(plan: KernelPlan, key_terms_in: str | None) -> int:
-    """The key-term slots (key_term_slots) of every shared key-only term of a key tile (4 strides of floats each),
-    and for the warp's ring each slot's full and empty barriers."""
+def key_terms_ring_bytes(plan: KernelPlan, key_terms_warp: bool) -> int:
+    """The key-term warp's ring: KEY_TERM_SLOTS slots of every shared key-only term of a key tile (4 strides of
+    floats each), and each slot's full and empty barriers; 0 without the warp."""
+    if not key_terms_warp:
+        return 0
     terms = len(score_exprs(plan, "0")["key_terms"])
-    barriers = 16 if key_terms_in == "warp" else 0
-    return key_term_slots(plan, key_terms_in) * (terms * 4 * key_term_stride(plan.block_n) * 4 + barriers)
+    return KEY_TERM_SLOTS * (terms * 4 * key_term_stride(plan.block_n) * 4 + 16)
 
 
-def key_terms_in(options: dict) -> str | None:
-    """Where a schedule's shared key terms meet shared memory: the key-term warp's ring, the consumer warps'
-    scratch slots, or nowhere (shuffles, or no shared terms)."""
-    return "warp" if options["key_terms_warp"] else "scratch" if options["key_terms_scratch"] else None
-
-
-def smem_bytes(plan: KernelPlan, o_stage_chunks: int | None = None, terms_in: str | None | bool = False) -> int:
+def smem_bytes(plan: KernelPlan, o_stage_chunks: int | None = None, key_terms_warp: bool | None = None) -> int:
     """Q, STAGES x (K, V), O's staging tile when O leaves through TMA (`o_stage_chunks` of its 64-column chunks at
-    a time, 0: stored from registers), the key-term slots where `terms_in` names some (key_terms_bytes), the
-    barriers (Q full and empty; per stage K and V full and empty), and slack to align the tiles to 1024 bytes
-    (o_stage_chunks None or terms_in False: as the plan renders). Q's and K's rows are chunks(D) wide, V's and
-    O's chunks(Dv)."""
-    if o_stage_chunks is None or terms_in is False:
+    a time, 0: stored from registers), the key-term ring where `key_terms_warp` fills one (key_terms_ring_bytes),
+    the barriers (Q full and empty; per stage K and V full and empty), and slack to align the tiles to 1024 bytes
+    (either argument None: as the plan renders). Q's and K's rows are chunks(D) wide, V's and O's chunks(Dv)."""
+    if o_stage_chunks is None or key_terms_warp is None:
         options = schedule(plan)
         o_stage_chunks = options["o_stage_chunks"] if o_stage_chunks is None else o_stage_chunks
-        terms_in = key_terms_in(options) if terms_in is False else terms_in
+        key_terms_warp = options["key_terms_warp"] if key_terms_warp is None else key_terms_warp
     chunk = 64 * plan.dtype.itemsize  # bytes of one row's 64-column chunk
     qk_rows, v_rows = plan.block_m + plan.stages * plan.block_n, plan.stages * plan.block_n
     return ((qk_rows * chunks(plan.head_dim) + v_rows * chunks(plan.dv)) * chunk + plan.block_m * o_stage_chunks * chunk
-            + key_terms_bytes(plan, terms_in) + 8 * (2 + 4 * plan.stages) + 1024)
+            + key_terms_ring_bytes(plan, key_terms_warp) + 8 * (2 + 4 * plan.stages) + 1024)
 
 
 def schedule(plan: KernelPlan) -> dict:
@@ -126,12 +114,11 @@ def schedule(plan: KernelPlan) -> dict:
                    # ... or once per column and CTA, by a warp of the producer's warpgroup into a ring of shared
                    # memory that the consumers read beside K (no consumer computes or shuffles them): unmeasured
                    key_terms_warp=False,
-                   # ... or once per column and warp, each lane computing a float4 of them into the warp's slot of
-                   # shared memory and reading its own as float4s (no shuffles, no barrier beyond the warp's)
-                   key_terms_scratch=False,
-                   # a masked tile's visibility as one or two compares a score against per-row key limits, where
-                   # the plan has them (plan.key_range: causal, windows, linear masks): unmeasured
-                   row_key_limits=False,
+                   # a masked tile's visibility as one or two compares a score against the row's key limits, where
+                   # the plan has them (plan.key_range: causal, windows, masks linear in the key), in place of the
+                   # key's position and `visible` per score: H100, bf16, window 256 d128 +1..3 % at N = 512 .. 16k,
+                   # causal d64 192x128 +1..2 % at N <= 1k, causal d64 128x128 and d128 level (NOTES.md, session 18)
+                   row_key_limits=True,
                    # odd rounds of the persistent walk in reverse CTA order (fg::block::round_tile): causal bf16
                    # d256 +7 / +8 / +9 % at N = 2k / 4k / 16k, d128 +6 % at 16k, d64 +1.5 %, plain and window 256
                    # level (NOTES.md, session 11)
@@ -152,11 +139,12 @@ def schedule(plan: KernelPlan) -> dict:
     shared_terms = len(score_exprs(plan, "0")["key_terms"]) if options["share_key_terms"] else 0
     # the warp computes what sharing would: nothing without shared key terms
     options["key_terms_warp"] = options["key_terms_warp"] and shared_terms > 0
-    options["key_terms_scratch"] = options["key_terms_scratch"] and shared_terms > 0 and not options["key_terms_warp"]
-    options["row_key_limits"] = options["row_key_limits"] and plan.key_range is not None
+    # not beside two shared key terms (64 registers of them): ptxas then spills 88 bytes, not 48 (causal bf16 d128
+    # with a length mask, session 18); every other causal, window and ALiBi / softcap / GQA kernel keeps its count
+    options["row_key_limits"] = options["row_key_limits"] and plan.key_range is not None and shared_terms < 2
     fits = [c for c in range(options["o_stage_chunks"], 0, -1)
             if (c == chunks(plan.dv) or options["o_chunked"])
-            and smem_bytes(plan, c, key_terms_in(options)) <= cta_smem_limit(plan)]
+            and smem_bytes(plan, c, options["key_terms_warp"]) <= cta_smem_limit(plan)]
     if not options["o_via_tma"] or not fits:
         options.update(o_via_tma=False, o_stage_chunks=0)
     else:
@@ -191,11 +179,10 @@ _SCHEDULE_OVERRIDES: dict = {}
 @contextmanager
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
-    share_key_terms, key_terms_warp, key_terms_scratch, row_key_limits, grid_groups, snake_rounds, l2_groups,
-    causal_pairs, pingpong) in place of the defaults, as development builds and the tests of an unmeasured switch do."""
+    share_key_terms, key_terms_warp, row_key_limits, grid_groups, snake_rounds, l2_groups, causal_pairs, pingpong)
+    in place of the defaults, as development builds and the tests of an unmeasured switch do."""
     unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "key_terms_warp",
-                              "key_terms_scratch", "row_key_limits", "grid_groups", "snake_rounds", "l2_groups",
-                              "causal_pairs", "pingpong"}
+                              "row_key_limits", "grid_groups", "snake_rounds", "l2_groups", "causal_pairs", "pingpong"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)
@@ -268,8 +255,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         **options, plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
         chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
         producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers], ctas_per_sm=ctas_per_sm(plan),
-        key_term_slots=key_term_slots(plan, key_terms_in(options)), key_term_stride=key_term_stride(plan.block_n),
-        paired_m_tiles=PAIRED_M_TILES,
+        key_term_slots=KEY_TERM_SLOTS, key_term_stride=key_term_stride(plan.block_n), paired_m_tiles=PAIRED_M_TILES,
         reverse_m=plan.variant.causal, **score_units(plan), l2_group_bytes=plan.target.l2_bytes // 2,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
         **v_names(plan), **shared_terms,
@@ -279,7 +265,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         name=plan.name, arch=plan.target.feature_arch or "sm_90a", dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
         head_dim_v=plan.head_dim_v,
         launches=[Launch(kernel=plan.name, grid=(grid_x(plan), "1", "1"), threads=threads(plan),
-                         smem_bytes=smem_bytes(plan, options["o_stage_chunks"], key_terms_in(options)))],
+                         smem_bytes=smem_bytes(plan, options["o_stage_chunks"], options["key_terms_warp"]))],
         # every tile parameter of the plan, as the other paths record them: Q_IN_REGS is the tile table's 1, which
         # this path ignores (wgmma reads Q from shared memory), recorded so that the record matches the table's
         # choice and meta.json can say where the parameters came from
