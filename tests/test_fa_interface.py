@@ -341,7 +341,12 @@ def test_generate_window_from_the_cli_compiles_with_the_window_in_its_cuda(gpu, 
     # the two-sided visibility, and the key-tile range from both ends, as the kernel computes them
     want = [f"qpos + diag - kpos <= {left}"] + ([f"kpos <= qpos + diag + {right}"] if right != -1 else [])
     assert all(w in plan.visible for w in want), plan.visible
-    assert f"visible = kpos < seqlen_k && ({plan.visible})" in cuda
+    if arch == "sm_90":  # the masked tiles against the rows' key limits (plan.key_range), not `visible` per score
+        assert plan.key_range.lo == f"qpos + diag - {left}" and f"(q_row0 + row0) + diag - {left}" in cuda
+        assert (plan.key_range.hi is None) == (right == -1)
+        assert ("min(seqlen_k, (q_row0 + row0)" in cuda) == (right != -1)
+    else:
+        assert f"visible = kpos < seqlen_k && ({plan.visible})" in cuda
     assert plan.kv_tile_begin in cuda and f"diag - {left}" in plan.kv_tile_begin
     assert plan.kv_tile_end in cuda
     if right != -1:

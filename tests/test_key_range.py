@@ -95,9 +95,10 @@ def test_a_mask_not_one_interval_of_keys_per_row_has_no_key_range(env, mask_mod)
 
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="nvcc not on PATH")
 def test_row_key_limits_masks_against_the_rows_limits_and_compiles(env):
-    """Under the sm90 switch (on by default) a causal kernel compares each score's column offset with its row's limit (a window's
-    with two), no longer evaluating `visible` per score; a kernel without a key range renders as without the switch;
-    the causal and window kernels compile for sm_90a without spills."""
+    """Under the sm90 switch (on by default) a causal kernel compares each score's column offset with its row's
+    limit (a window's with two), no longer evaluating `visible` per score; a kernel without a key range renders as
+    without the switch, and so does one with two shared key terms; the causal and window kernels compile for sm_90a
+    without spills."""
     from flashgen.harness.compile import compile_cuda
     from flashgen.translators.backends.sm90 import kernel
     from flashgen.translators.render import render
@@ -110,15 +111,18 @@ def test_row_key_limits_masks_against_the_rows_limits_and_compiles(env):
     with kernel.schedule_overrides(row_key_limits=False):
         (causal_without, _), (plain_without, _) = render(causal), render(plain)
     assert plain_without == plain_src
-    assert "(kpos <= qpos + diag)" in causal_without and "key_hi_of" not in causal_without
-    assert "visible = column < ((i & 2) ? key_hi1 : key_hi0);" in causal_src and "key_lo0" not in causal_src
-    assert "return min(seqlen_k, qpos + diag + 1);" in causal_src and "(kpos <= qpos + diag)" not in causal_src
-    assert "column >= ((i & 2) ? key_lo1 : key_lo0)" in window_src and "return qpos + diag - 255;" in window_src
+    assert "(kpos <= qpos + diag)" in causal_without and "key_hi0" not in causal_without
+    assert "visible = (i >> 2) * 8 + (i & 1) < ((i & 2) ? key_hi1 : key_hi0);" in causal_src
+    assert "const int key_hi0 = min(seqlen_k, (q_row0 + row0) + diag + 1) - k_row0 - 2 * t;" in causal_src
+    assert "const int key_hi1 = min(seqlen_k, (q_row0 + row0 + 8) + diag + 1) - k_row0 - 2 * t;" in causal_src
+    assert "key_lo0" not in causal_src and "(kpos <= qpos + diag)" not in causal_src
+    assert " && (i >> 2) * 8 + (i & 1) >= ((i & 2) ? key_lo1 : key_lo0);" in window_src
+    assert "const int key_lo1 = ((q_row0 + row0 + 8) + diag - 255) - k_row0 - 2 * t;" in window_src
     # not beside two shared key terms, where ptxas spills more with the limits
     from flashgen.harness.suite import build_mask_kernel
 
     two_terms, _ = build_mask_kernel("h200", "bf16", Variant(causal=True), 128, keywords)
-    assert "kt1" in two_terms and "key_hi_of" not in two_terms and "kpos <= qpos + diag);" in two_terms
+    assert "kt1" in two_terms and "key_hi0" not in two_terms and "kpos <= qpos + diag);" in two_terms
     for name, source in (("row_key_limits_causal.cu", causal_src), ("row_key_limits_window.cu", window_src)):
         built = compile_cuda(source, "sm_90a", filename=name)
         assert built.ok and built.kernels, built.feedback_text()

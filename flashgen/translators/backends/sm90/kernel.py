@@ -8,6 +8,7 @@ normalization) are the plan's C expressions, as on every path.
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -100,6 +101,21 @@ def smem_bytes(plan: KernelPlan, o_stage_chunks: int | None = None, key_terms_wa
     qk_rows, v_rows = plan.block_m + plan.stages * plan.block_n, plan.stages * plan.block_n
     return ((qk_rows * chunks(plan.head_dim) + v_rows * chunks(plan.dv)) * chunk + plan.block_m * o_stage_chunks * chunk
             + key_terms_ring_bytes(plan, key_terms_warp) + 8 * (2 + 4 * plan.stages) + 1024)
+
+
+def key_limits(plan: KernelPlan) -> dict[str, str]:
+    """The C of plan.key_range at the thread's two rows (q_row0 + row0 and 8 below it): key_hi0 / key_hi1, capped by
+    seqlen_k, and key_lo0 / key_lo1 where there is a lower bound (the template subtracts the thread's first column)."""
+    rows = {"0": "q_row0 + row0", "1": "q_row0 + row0 + 8"}
+
+    def at(expr: str, row: str) -> str:
+        return re.sub(r"\bqpos\b", f"({row})", expr)
+
+    hi, lo = plan.key_range.hi, plan.key_range.lo
+    limits = {f"key_hi{r}": f"min(seqlen_k, {at(hi, row)})" if hi else "seqlen_k" for r, row in rows.items()}
+    if lo:
+        limits.update({f"key_lo{r}": f"({at(lo, row)})" for r, row in rows.items()})
+    return limits
 
 
 def schedule(plan: KernelPlan) -> dict:
@@ -258,7 +274,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         key_term_slots=KEY_TERM_SLOTS, key_term_stride=key_term_stride(plan.block_n), paired_m_tiles=PAIRED_M_TILES,
         reverse_m=plan.variant.causal, **score_units(plan), l2_group_bytes=plan.target.l2_bytes // 2,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
-        **v_names(plan), **shared_terms,
+        **v_names(plan), **shared_terms, key_limits=key_limits(plan) if options["row_key_limits"] else {},
     )
     source = inline_headers(_environment().get_template("attention_fwd.cu.j2").render(**context), INCLUDE_DIRS)
     manifest = KernelManifest(

@@ -566,12 +566,9 @@ fg_attn_fwd_causal_bf16_d64_sm_90_n_le_1024(const FlashgenAttnParams p, const __
     // Scale, score modifications, mask (boundary tiles only), the normalization: P into p16.
     auto scores_to_p = [&](int n_block) {
       const int k_row0 = n_block * BLOCK_N;
-      // plan.key_range: the keys of each of the thread's two rows, less its first column k_row0 + 2t, so that the
-      // column offset (i >> 2) * 8 + (i & 1) of score i is visible iff key_lo <= it < key_hi (one or two compares a
-      // score in place of the key's position, the visibility test and the key-tail test)
-      auto key_hi_of = [&](int qpos) { return min(seqlen_k, qpos + diag + 1); };
-      const int key_hi0 = key_hi_of(q_row0 + row0) - k_row0 - 2 * t;
-      const int key_hi1 = key_hi_of(q_row0 + row0 + 8) - k_row0 - 2 * t;
+      // the rows' key limits, less this thread's first key
+      const int key_hi0 = min(seqlen_k, (q_row0 + row0) + diag + 1) - k_row0 - 2 * t;
+      const int key_hi1 = min(seqlen_k, (q_row0 + row0 + 8) + diag + 1) - k_row0 - 2 * t;
       auto elementwise = [&](auto mask_tag) {
         constexpr bool MASK = decltype(mask_tag)::value;
 #pragma unroll
@@ -581,10 +578,7 @@ fg_attn_fwd_causal_bf16_d64_sm_90_n_le_1024(const FlashgenAttnParams p, const __
           (void)qpos; (void)kpos;
           float s = acc_s[i];
           bool visible = true;
-          if constexpr (MASK) {
-            const int column = (i >> 2) * 8 + (i & 1);
-            visible = column < ((i & 2) ? key_hi1 : key_hi0);
-          }
+          if constexpr (MASK) visible = (i >> 2) * 8 + (i & 1) < ((i & 2) ? key_hi1 : key_hi0);
           acc_s[i] = visible ? s : -INFINITY;
         }
       };
@@ -1298,12 +1292,9 @@ fg_attn_fwd_causal_bf16_d64_sm_90(const FlashgenAttnParams p, const __grid_const
     // Scale, score modifications, mask (boundary tiles only), the normalization: P into p16.
     auto scores_to_p = [&](int n_block) {
       const int k_row0 = n_block * BLOCK_N;
-      // plan.key_range: the keys of each of the thread's two rows, less its first column k_row0 + 2t, so that the
-      // column offset (i >> 2) * 8 + (i & 1) of score i is visible iff key_lo <= it < key_hi (one or two compares a
-      // score in place of the key's position, the visibility test and the key-tail test)
-      auto key_hi_of = [&](int qpos) { return min(seqlen_k, qpos + diag + 1); };
-      const int key_hi0 = key_hi_of(q_row0 + row0) - k_row0 - 2 * t;
-      const int key_hi1 = key_hi_of(q_row0 + row0 + 8) - k_row0 - 2 * t;
+      // the rows' key limits, less this thread's first key
+      const int key_hi0 = min(seqlen_k, (q_row0 + row0) + diag + 1) - k_row0 - 2 * t;
+      const int key_hi1 = min(seqlen_k, (q_row0 + row0 + 8) + diag + 1) - k_row0 - 2 * t;
       auto elementwise = [&](auto mask_tag) {
         constexpr bool MASK = decltype(mask_tag)::value;
 #pragma unroll
@@ -1313,10 +1304,7 @@ fg_attn_fwd_causal_bf16_d64_sm_90(const FlashgenAttnParams p, const __grid_const
           (void)qpos; (void)kpos;
           float s = acc_s[i];
           bool visible = true;
-          if constexpr (MASK) {
-            const int column = (i >> 2) * 8 + (i & 1);
-            visible = column < ((i & 2) ? key_hi1 : key_hi0);
-          }
+          if constexpr (MASK) visible = (i >> 2) * 8 + (i & 1) < ((i & 2) ? key_hi1 : key_hi0);
           acc_s[i] = visible ? s : -INFINITY;
         }
       };
