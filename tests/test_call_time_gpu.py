@@ -7,8 +7,7 @@ on the sm80 path (the A100 target) and the sm90 path (the H200 target), each com
   slopes as a formula must fail exactly those cases (the verification can tell).
 - Score and mask functions: `s + 0.25 * cos(k_idx)`, the per-batch length mask `k_idx < LEN[b]` (a call-time int32
   tensor filled per case and seed, its reference the TL interpreted with the same tensor), a document mask; on the
-  sm90 path also with the switch that shares key-only calls in the warp off (share_key_terms, on by default), and
-  with the key-only terms computed by a warp of the producer's warpgroup into shared memory (key_terms_warp).
+  sm90 path also with the switch that shares key-only calls in the warp off (share_key_terms, on by default).
 - Kernel.__call__ with torch tensors: the slopes and a length table given by the caller, against the fp64 reference.
 """
 
@@ -32,7 +31,6 @@ DOCUMENTS = {"mask_mod": "DOC[q_idx] == DOC[k_idx]", "tensors": {"DOC": "int32[M
 TWO_TERMS = {"score_mod": "s + cos(k_idx + h) + exp(-k_idx / M)"}
 # sm90 schedule switches (flashgen.translators.backends.sm90.kernel.schedule_overrides) a kernel is built under
 UNSHARED = {"share_key_terms": False}
-KEY_WARP = {"key_terms_warp": True}
 TARGETS = [("a100", "fp16"), ("a100", "bf16"), ("h200", "fp16"), ("h200", "bf16")]  # the sm80 path, the sm90 path
 # key -> (gpu, dtype, variant, mods keywords or None, fixed ALiBi formula)
 KERNELS = {
@@ -49,19 +47,11 @@ KERNELS = {
                                                {**LENGTHS, **SCORE}, False) for gpu in ("a100", "h200")},
     **{("documents_causal", gpu, "bf16"): (gpu, "bf16", Variant(causal=True, return_lse=True), DOCUMENTS, False)
        for gpu in ("a100", "h200")},
-    # the sm90 backend shares key-only calls in the warp (share_key_terms, on by default); also without it, and
-    # with them computed once per CTA by the key-term warp (key_terms_warp: the ring, its barriers, the float4 reads)
+    # the sm90 backend shares key-only calls in the warp (share_key_terms, on by default); also without it
     **{("score_cos_unshared", "h200", dtype): ("h200", dtype, Variant(return_lse=True), SCORE, False, 64, UNSHARED)
-       for dtype in ("fp16", "bf16")},
-    **{("score_cos_key_warp", "h200", dtype): ("h200", dtype, Variant(return_lse=True), SCORE, False, 128, KEY_WARP)
        for dtype in ("fp16", "bf16")},
     ("lengths_causal_two_terms", "h200", "bf16"): (
         "h200", "bf16", Variant(causal=True, return_lse=True), {**LENGTHS, **TWO_TERMS}, False, 128),
-    # two terms, tile tests (the warp walks the producer's tiles) and a head-dependent term, in the warp's ring
-    ("lengths_causal_two_terms_key_warp", "h200", "bf16"): (
-        "h200", "bf16", Variant(causal=True, return_lse=True), {**LENGTHS, **TWO_TERMS}, False, 128, KEY_WARP),
-    ("documents_causal_cos_key_warp", "h200", "bf16"): (
-        "h200", "bf16", Variant(causal=True, return_lse=True), {**DOCUMENTS, **SCORE}, False, 64, KEY_WARP),
 }
 
 
@@ -70,15 +60,13 @@ def build(gpu: str, dtype: str, variant: Variant, mods: dict | None, fixed_formu
     """(source, manifest) the way `flashgen generate` builds it: the library's TL (with the functions written in),
     checked and translated for `gpu`; `fixed_formula`: the ALiBi slopes written as 2^(-8 (h + 1) / H) instead of read
     from the caller (a kernel that ignores them); `schedule`: sm90 schedule switches to build under (UNSHARED: each
-    thread evaluates the key-only calls for its own columns; KEY_WARP: the key-term warp computes them), each checked
-    to have taken effect in the source."""
+    thread evaluates the key-only calls for its own columns), each checked to have taken effect in the source."""
     if schedule:
         from flashgen.translators.backends.sm90 import kernel
 
         with kernel.schedule_overrides(**schedule):
             source, manifest = build(gpu, dtype, variant, mods, fixed_formula, head_dim)
         assert "__shfl_sync(0xffffffffu, mine" not in source and "cos_approx" in source
-        assert ("kt_full[kt_slot]" in source) == bool(schedule.get("key_terms_warp")), schedule
         return source, manifest
     from flashgen.harness.environment import Environment
     from flashgen.mods import make_mods, reference_program

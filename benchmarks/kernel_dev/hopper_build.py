@@ -142,7 +142,9 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              "CWH": dict(transform=lambda source: hoist_key_terms(source)),  # defined below
              # Session 15: KW = the key_terms_warp switch: a warp of the producer's warpgroup computes the key-only
              # terms of every key tile once per CTA into a ring of shared memory, and the consumers read them as
-             # float4s (8 loads a tile and thread for 4 fg::cos_approx and 32 shuffles).
+             # float4s (8 loads a tile and thread for 4 fg::cos_approx and 32 shuffles). Measured slower (session 16)
+             # and retired in session 18: needs
+             # `git apply benchmarks/kernel_dev/versions/sm90-s18-key-term-warp-retired.patch`.
              "KW": dict(options=dict(key_terms_warp=True)),
              # Session 16: CP = the causal_pairs switch: each CTA takes a pair's query blocks m_tiles - 1 - i and
              # i back to back (fg::block::paired_tile), which levels the CTAs' work by itself, so a round needs the
@@ -168,7 +170,7 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # Session 18: WS = the key_terms_scratch switch: a key tile's key-only terms once per column and warp
              # as before, but each lane computes one float4 of them into the warp's slot of shared memory and reads
              # its own 32 as 8 float4s, between two __syncwarp (no shuffles); WSP = with ping-pong forced on, WSN =
-             # off. Measured 3-4 % slower than the shuffles (cos), 1-6 % (two terms); not kept. Needs
+             # off. Measured 3-4 % slower than the shuffles (cos), 1-6 % (two terms); not kept. Needs, on aefa9d8,
              # `git apply benchmarks/kernel_dev/versions/sm90-s18-key-terms-scratch.patch`.
              "WS": dict(options=dict(key_terms_scratch=True)),
              "WSP": dict(options=dict(key_terms_scratch=True, pingpong=True)),

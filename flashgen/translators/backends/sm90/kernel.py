@@ -37,9 +37,6 @@ CONSUMERS_MAX = 3
 # Causal rows of up to this many query blocks walk in complementary couples (the causal_pairs switch): measured
 # faster at N <= 4k (32 blocks of 128 rows), slower at 16k, not timed between (NOTES.md, session 16).
 PAIRED_M_TILES = 32
-# Key tiles the key-term warp may run ahead of the slowest consumer warp (key_terms_warp): it depends on no load,
-# so a few slots keep it ahead across a work tile's first key tile and the ping-pong warpgroups' offset.
-KEY_TERM_SLOTS = 4
 # shared memory the hardware reserves per resident block (cudaDevAttrReservedSharedMemoryPerBlock on sm_90)
 RESERVED_SMEM_PER_BLOCK = 1024
 NOTES = ("Hopper path (sm_90a): persistent grid, TMA loads on mbarriers, wgmma, one producer and {consumers} "
@@ -69,38 +66,17 @@ def chunks(head_dim: int) -> int:
     return -(-head_dim // 64)
 
 
-def key_term_stride(block_n: int) -> int:
-    """Floats between the four column groups of a key-term slot (the warp's ring, key_terms_warp): thread t of a
-    consumer warp reads its BLOCK_N / 4 columns 8j + 2t + c as float4s from t * stride, so the stride is a multiple
-    of 4 at least BLOCK_N / 4 whose four groups start in four different 4-bank groups (one wavefront a load)."""
-    stride = block_n // 4
-    while len({(t * stride) % 32 // 4 for t in range(4)}) < 4:
-        stride += 4
-    return stride
-
-
-def key_terms_ring_bytes(plan: KernelPlan, key_terms_warp: bool) -> int:
-    """The key-term warp's ring: KEY_TERM_SLOTS slots of every shared key-only term of a key tile (4 strides of
-    floats each), and each slot's full and empty barriers; 0 without the warp."""
-    if not key_terms_warp:
-        return 0
-    terms = len(score_exprs(plan, "0")["key_terms"])
-    return KEY_TERM_SLOTS * (terms * 4 * key_term_stride(plan.block_n) * 4 + 16)
-
-
-def smem_bytes(plan: KernelPlan, o_stage_chunks: int | None = None, key_terms_warp: bool | None = None) -> int:
+def smem_bytes(plan: KernelPlan, o_stage_chunks: int | None = None) -> int:
     """Q, STAGES x (K, V), O's staging tile when O leaves through TMA (`o_stage_chunks` of its 64-column chunks at
-    a time, 0: stored from registers), the key-term ring where `key_terms_warp` fills one (key_terms_ring_bytes),
-    the barriers (Q full and empty; per stage K and V full and empty), and slack to align the tiles to 1024 bytes
-    (either argument None: as the plan renders). Q's and K's rows are chunks(D) wide, V's and O's chunks(Dv)."""
-    if o_stage_chunks is None or key_terms_warp is None:
-        options = schedule(plan)
-        o_stage_chunks = options["o_stage_chunks"] if o_stage_chunks is None else o_stage_chunks
-        key_terms_warp = options["key_terms_warp"] if key_terms_warp is None else key_terms_warp
+    a time, 0: stored from registers; None: as the plan renders), the barriers (Q full and empty; per stage K and V
+    full and empty), and slack to align the tiles to 1024 bytes. Q's and K's rows are chunks(D) wide, V's and O's
+    chunks(Dv)."""
+    if o_stage_chunks is None:
+        o_stage_chunks = schedule(plan)["o_stage_chunks"]
     chunk = 64 * plan.dtype.itemsize  # bytes of one row's 64-column chunk
     qk_rows, v_rows = plan.block_m + plan.stages * plan.block_n, plan.stages * plan.block_n
     return ((qk_rows * chunks(plan.head_dim) + v_rows * chunks(plan.dv)) * chunk + plan.block_m * o_stage_chunks * chunk
-            + key_terms_ring_bytes(plan, key_terms_warp) + 8 * (2 + 4 * plan.stages) + 1024)
+            + 8 * (2 + 4 * plan.stages) + 1024)
 
 
 def key_limits(plan: KernelPlan) -> dict[str, str]:
@@ -127,9 +103,6 @@ def schedule(plan: KernelPlan) -> dict:
     d256 128x64 two chunks at a time +28 % at N = 512 over the same tile from registers."""
     options = dict(o_via_tma=True, o_stage_chunks=chunks(plan.dv), o_chunked=True,  # O's chunks: Dv's
                    share_key_terms=True,  # score functions' key-only calls once per column and warp: cos(k_idx)
-                   # ... or once per column and CTA, by a warp of the producer's warpgroup into a ring of shared
-                   # memory that the consumers read beside K (no consumer computes or shuffles them): unmeasured
-                   key_terms_warp=False,
                    # a masked tile's visibility as one or two compares a score against the row's key limits, where
                    # the plan has them (plan.key_range: causal, windows, masks linear in the key), in place of the
                    # key's position and `visible` per score: H100, bf16, window 256 d128 +1..3 % at N = 512 .. 16k,
@@ -153,14 +126,12 @@ def schedule(plan: KernelPlan) -> dict:
     # 85-131 -> 394-484 TF/s at N = 512..16k on the H200 (NOTES.md, session 7)
     options.update(_SCHEDULE_OVERRIDES)
     shared_terms = len(score_exprs(plan, "0")["key_terms"]) if options["share_key_terms"] else 0
-    # the warp computes what sharing would: nothing without shared key terms
-    options["key_terms_warp"] = options["key_terms_warp"] and shared_terms > 0
     # not beside two shared key terms (64 registers of them): ptxas then spills 88 bytes, not 48 (causal bf16 d128
     # with a length mask, session 18); every other causal, window and ALiBi / softcap / GQA kernel keeps its count
     options["row_key_limits"] = options["row_key_limits"] and plan.key_range is not None and shared_terms < 2
     fits = [c for c in range(options["o_stage_chunks"], 0, -1)
             if (c == chunks(plan.dv) or options["o_chunked"])
-            and smem_bytes(plan, c, options["key_terms_warp"]) <= cta_smem_limit(plan)]
+            and smem_bytes(plan, c) <= cta_smem_limit(plan)]
     if not options["o_via_tma"] or not fits:
         options.update(o_via_tma=False, o_stage_chunks=0)
     else:
@@ -177,9 +148,8 @@ def schedule(plan: KernelPlan) -> dict:
         # rows are causal at d64 in two warpgroups (the N <= 1k tile: +1..4 % in two calls; session 17; windows
         # not measured there). Not d256 (-1..-3 %: its GEMMs already cover the softmax), plain d128 (+1..2 % to 4k,
         # -3..-4 % beyond), causal d128 (-3..+2 %), softcap (SFU-bound, level).
-        # one term shared by shuffles, as measured: with two (64 registers of terms) the turns spill 132 bytes, not
-        # 60, and the key-term warp's ring with the turns spills 4
-        key_terms = shared_terms == 1 and not options["key_terms_warp"]
+        # one term shared by shuffles, as measured: with two (64 registers of terms) the turns spill 132 bytes, not 60
+        key_terms = shared_terms == 1
         causal_d64 = (plan.variant.causal and not plan.variant.window and plan.head_dim + plan.dv <= 128
                       and consumers(plan) == 2)
         options["pingpong"] = (plan.head_dim + plan.dv <= 256
@@ -195,10 +165,10 @@ _SCHEDULE_OVERRIDES: dict = {}
 @contextmanager
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
-    share_key_terms, key_terms_warp, row_key_limits, grid_groups, snake_rounds, l2_groups, causal_pairs, pingpong)
-    in place of the defaults, as development builds and the tests of an unmeasured switch do."""
-    unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "key_terms_warp",
-                              "row_key_limits", "grid_groups", "snake_rounds", "l2_groups", "causal_pairs", "pingpong"}
+    share_key_terms, row_key_limits, grid_groups, snake_rounds, l2_groups, causal_pairs, pingpong) in place of the
+    defaults, as development builds and the tests of an unmeasured switch do."""
+    unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "row_key_limits",
+                              "grid_groups", "snake_rounds", "l2_groups", "causal_pairs", "pingpong"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)
@@ -271,7 +241,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         **options, plan=plan, ns=f"{plan.name}_cfg", ctype=_CTYPE[plan.dtype], consumers=n_consumers,
         chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
         producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers], ctas_per_sm=ctas_per_sm(plan),
-        key_term_slots=KEY_TERM_SLOTS, key_term_stride=key_term_stride(plan.block_n), paired_m_tiles=PAIRED_M_TILES,
+        paired_m_tiles=PAIRED_M_TILES,
         reverse_m=plan.variant.causal, **score_units(plan), l2_group_bytes=plan.target.l2_bytes // 2,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
         **v_names(plan), **shared_terms, key_limits=key_limits(plan) if options["row_key_limits"] else {},
@@ -281,7 +251,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         name=plan.name, arch=plan.target.feature_arch or "sm_90a", dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
         head_dim_v=plan.head_dim_v,
         launches=[Launch(kernel=plan.name, grid=(grid_x(plan), "1", "1"), threads=threads(plan),
-                         smem_bytes=smem_bytes(plan, options["o_stage_chunks"], options["key_terms_warp"]))],
+                         smem_bytes=smem_bytes(plan, options["o_stage_chunks"]))],
         # every tile parameter of the plan, as the other paths record them: Q_IN_REGS is the tile table's 1, which
         # this path ignores (wgmma reads Q from shared memory), recorded so that the record matches the table's
         # choice and meta.json can say where the parameters came from
