@@ -855,24 +855,21 @@ def bench_mods(gpu: str = "h200", names: list[str] | None = None, min_time_s: fl
             else:
                 row.error = f"fails verification: {row.verified}"
         kernels = [KernelInput(source=plain_source, manifest=plain_manifest), *(kernel for _row, kernel in timed)]
-        # rounds[r][i]: kernel i's entry in round r (kernel 0 the plain one), in the kernels' order
-        by_round: list[list] = []
+        by_round: list[list] = []  # by_round[r][i]: kernel i's entry in round r (0: the plain kernel)
         for r in range(rounds):
-            order = list(range(len(kernels))) if r % 2 == 0 else list(reversed(range(len(kernels))))
+            backwards = r % 2 == 1  # the plain kernel last
             result = worker.call("flashgen.harness.bench:bench_kernels", timeout_s=timeout_s,
-                                 kernels=[kernels[i] for i in order], shapes=[shape], baselines=False,
+                                 kernels=kernels[::-1] if backwards else kernels, shapes=[shape], baselines=False,
                                  min_time_s=min_time_s, seed=MOD_SEED)
-            if not result.ok:
-                for row, _kernel in timed:
-                    row.error = f"bench failed: {(result.error or '').splitlines()[0]}"
-                return rows
             # one entry per kernel, in the call's order (a kernel with functions has its variant's name: the plain's)
-            entries = [e for e in result.value.entries if e.kind == "kernel"]
+            entries = [e for e in result.value.entries if e.kind == "kernel"] if result.ok else []
             if len(entries) != len(kernels):
+                why = (f"bench failed: {(result.error or '').splitlines()[0]}" if not result.ok
+                       else f"bench returned {len(entries)} entries for {len(kernels)} kernels")
                 for row, _kernel in timed:
-                    row.error = f"bench returned {len(entries)} entries for {len(kernels)} kernels"
+                    row.error = why
                 return rows
-            by_round.append([entries[order.index(i)] for i in range(len(kernels))])
+            by_round.append(entries[::-1] if backwards else entries)
     for i, (row, _kernel) in enumerate(timed, start=1):
         pairs = [(round_[0], round_[i]) for round_ in by_round]
         failed = next((e for pair in pairs for e in pair if not e.ok), None)
@@ -885,18 +882,5 @@ def bench_mods(gpu: str = "h200", names: list[str] | None = None, min_time_s: fl
         row.plain_tflops = attention_flops(shape, variant) / (row.plain_ms * 1e-3) / 1e12
         row.tflops_visible = attention_flops(shape, variant) * row.visible_share / (row.ms * 1e-3) / 1e12
         row.ratio = statistics.median(row.round_ratios)
-        row.ok = True
-    return rows
-    # one entry per kernel, in the kernels' order (a kernel with functions has its variant's name: the plain one's)
-    entries = [e for e in result.value.entries if e.kind == "kernel"]
-    plain = entries[0] if entries and entries[0].ok else None
-    for (row, _kernel), entry in zip(timed, entries[1:], strict=False):
-        if not entry.ok or plain is None or row.visible_share is None:
-            row.error = entry.error or "not timed (or the plain kernel was not)"
-            continue
-        row.ms, row.plain_ms = entry.stats.median_ms, plain.stats.median_ms
-        row.plain_tflops = plain.tflops
-        row.tflops_visible = attention_flops(shape, variant) * row.visible_share / (row.ms * 1e-3) / 1e12
-        row.ratio = row.tflops_visible / row.plain_tflops
         row.ok = True
     return rows

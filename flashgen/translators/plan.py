@@ -257,6 +257,12 @@ def expression_names(expr: str) -> set[str]:
     return {n for n in _IDENT.findall(stripped) if n not in C_BUILTINS}
 
 
+def substitute_name(expr: str, name: str, c: str) -> str:
+    """The C expression with every use of identifier `name` (as expression_names finds them: not a member or a
+    qualified name) replaced by the parenthesized C `c`."""
+    return _IDENT.sub(lambda m: f"({c})" if m.group(0) == name else m.group(0), expr)
+
+
 def check_expressions(plan: KernelPlan) -> None:
     """Raise UsageError naming any identifier an expression uses that the kernel does not define."""
     known = EXPR_NAMES | {p.name for p in plan.prologue}

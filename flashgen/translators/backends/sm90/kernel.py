@@ -8,7 +8,6 @@ normalization) are the plan's C expressions, as on every path.
 
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -20,7 +19,7 @@ from flashgen.errors import UsageError
 from flashgen.translators.backends.base import SHARED_TEMPLATES, positions_per_score, score_exprs, score_units
 from flashgen.translators.backends.headers import inline_headers
 from flashgen.translators.backends.sm90.wgmma import wrappers
-from flashgen.translators.plan import KernelPlan, padded_head_dim
+from flashgen.translators.plan import KernelPlan, padded_head_dim, substitute_name
 from flashgen.variant import DType, head_dims_tag
 
 HERE = Path(__file__).parent
@@ -83,14 +82,11 @@ def key_limits(plan: KernelPlan) -> dict[str, str]:
     """The C of plan.key_range at the thread's two rows (q_row0 + row0 and 8 below it): key_hi0 / key_hi1, capped by
     seqlen_k, and key_lo0 / key_lo1 where there is a lower bound (the template subtracts the thread's first column)."""
     rows = {"0": "q_row0 + row0", "1": "q_row0 + row0 + 8"}
-
-    def at(expr: str, row: str) -> str:
-        return re.sub(r"\bqpos\b", f"({row})", expr)
-
     hi, lo = plan.key_range.hi, plan.key_range.lo
-    limits = {f"key_hi{r}": f"min(seqlen_k, {at(hi, row)})" if hi else "seqlen_k" for r, row in rows.items()}
+    limits = {f"key_hi{r}": f"min(seqlen_k, {substitute_name(hi, 'qpos', row)})" if hi else "seqlen_k"
+              for r, row in rows.items()}
     if lo:
-        limits.update({f"key_lo{r}": f"({at(lo, row)})" for r, row in rows.items()})
+        limits.update({f"key_lo{r}": f"({substitute_name(lo, 'qpos', row)})" for r, row in rows.items()})
     return limits
 
 
