@@ -353,8 +353,9 @@ def test_kernels_with_tile_tests_translate_and_compile(gpu, dtype, head_dim, var
     plan = tr.plan
     assert (plan.backend, plan.stages) == (path, stages) and plan.skips_tiles
     assert '// ---- flashgen/interval.cuh ----' in tr.source
-    if path == "sm90":  # both roles walk the tiles of one test
-        assert tr.source.count("next_kv(w, n_block)") == 2 and "last_kv(w, w.n_begin, w.n_end)" in tr.source
+    if path == "sm90":  # the producer alone tests the tiles (tiles_from_producer); the consumers read its notes
+        assert tr.source.count("next_kv(w, n_block)") == 1 and "last_kv(w, w.n_begin, w.n_end)" in tr.source
+        assert "const WorkTile w = *tile_note;" in tr.source and "note = kv_note[s];" in tr.source
     else:
         assert "last_kept(n_begin, n_end)" in tr.source and "n_block = n_next" in tr.source
         assert ("kv_slot ^= 1" in tr.source) == (stages == 2)
@@ -366,6 +367,26 @@ def test_kernels_with_tile_tests_translate_and_compile(gpu, dtype, head_dim, var
     built = compile_cuda(tr.source, arch)
     assert built.ok, built.feedback_text()
     assert not any(u.spills for u in built.kernels.values()) or path == "sm75", built.feedback_text()
+
+
+@pytest.mark.skipif(_nvcc() is None, reason="needs nvcc")
+def test_sm90_consumers_test_their_own_tiles_with_tiles_from_producer_off():
+    """The switch off (a development A/B's other side): the consumers compute the work tile and step over skipped
+    tiles themselves, as the producer does; no notes in shared memory; the kernel compiles without spills."""
+    from flashgen.harness.compile import compile_cuda
+    from flashgen.translators.backends.sm90.kernel import schedule_overrides, smem_bytes, tile_notes_bytes
+
+    with schedule_overrides(tiles_from_producer=False):
+        _, _, off = _translate("k_idx < LEN[b]", {}, LEN, PLAIN, "h200", "bf16", 128)
+    _, _, on = _translate("k_idx < LEN[b]", {}, LEN, PLAIN, "h200", "bf16", 128)
+    assert off.source.count("next_kv(w, n_block)") == 2 and "tile_note" not in off.source
+    assert "tile_note" in on.source and on.source != off.source
+    # the notes' room is kept either way (the launch's shared memory does not move with the switch)
+    assert tile_notes_bytes(on.plan) == 8 * (6 + 1) + 4 * on.plan.stages
+    assert on.manifest.launches[0].smem_bytes == off.manifest.launches[0].smem_bytes == smem_bytes(on.plan)
+    built = compile_cuda(off.source, "sm_90a")
+    assert built.ok, built.feedback_text()
+    assert not any(u.spills for u in built.kernels.values()), built.feedback_text()
 
 
 def test_the_mods_benchmark_counts_visible_pairs_and_builds_what_generate_builds():

@@ -75,7 +75,16 @@ def smem_bytes(plan: KernelPlan, o_stage_chunks: int | None = None) -> int:
     chunk = 64 * plan.dtype.itemsize  # bytes of one row's 64-column chunk
     qk_rows, v_rows = plan.block_m + plan.stages * plan.block_n, plan.stages * plan.block_n
     return ((qk_rows * chunks(plan.head_dim) + v_rows * chunks(plan.dv)) * chunk + plan.block_m * o_stage_chunks * chunk
-            + 8 * (2 + 4 * plan.stages) + 1024)
+            + 8 * (2 + 4 * plan.stages) + tile_notes_bytes(plan) + 1024)
+
+
+def tile_notes_bytes(plan: KernelPlan) -> int:
+    """Shared memory of the producer's notes to the consumers where the kernel tests its key tiles (the
+    tiles_from_producer switch): the work tile (WorkTile: six ints and the tile test's per-block constants, 8 bytes
+    each at most) and one int a stage (the key tile it holds, and whether it is the work tile's last)."""
+    if not plan.skips_tiles:
+        return 0
+    return 8 * (6 + len(plan.skip_prologue)) + 4 * plan.stages
 
 
 def key_limits(plan: KernelPlan) -> dict[str, str]:
@@ -116,6 +125,11 @@ def schedule(plan: KernelPlan) -> dict:
                    # causal bf16 d256 +32 / +51 / +19 / +6 % at N = 512 / 1k / 2k / 4k, d128 +9 / +10 / +9 / +4 %
                    # on an H100; at 16k 3-5 % slower (NOTES.md, session 16). Not for windows: their rows are level.
                    causal_pairs=True,
+                   # where the kernel tests its key tiles (plan.skip_tile: mask functions), only the producer does:
+                   # it hands each work tile and each key tile it loads to the consumers in shared memory, and the
+                   # consumers run no tile tests of their own (no call-time tensor read, no ballots) before a tile's
+                   # first S
+                   tiles_from_producer=True,
                    pingpong=None,  # None: the rule below
                    grid_groups=True)  # GROUP_HEADS = 0 in groups of gridDim.x pairs, so K/V stay in L2: causal
     # bf16 N = 512 d128 +13 %, d256 +8 %, d64 +2 %, d128 1k +7 %, window 256 +7-8 % (NOTES.md, session 8)
@@ -134,6 +148,7 @@ def schedule(plan: KernelPlan) -> dict:
         options["o_stage_chunks"] = fits[0]
     del options["o_chunked"]
     options["grid_groups"] = options["grid_groups"] and plan.group_heads == 0
+    options["tiles_from_producer"] = options["tiles_from_producer"] and plan.skips_tiles
     options["causal_pairs"] = (options["causal_pairs"] and plan.variant.causal and not plan.variant.window
                                and plan.group_heads == 0)
     if options["pingpong"] is None:
@@ -161,10 +176,12 @@ _SCHEDULE_OVERRIDES: dict = {}
 @contextmanager
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
-    share_key_terms, row_key_limits, grid_groups, snake_rounds, l2_groups, causal_pairs, pingpong) in place of the
+    share_key_terms, row_key_limits, grid_groups, snake_rounds, l2_groups, causal_pairs, tiles_from_producer,
+    pingpong) in place of the
     defaults, as development builds and the tests of an unmeasured switch do."""
     unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "row_key_limits",
-                              "grid_groups", "snake_rounds", "l2_groups", "causal_pairs", "pingpong"}
+                              "grid_groups", "snake_rounds", "l2_groups", "causal_pairs", "tiles_from_producer",
+                              "pingpong"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)
