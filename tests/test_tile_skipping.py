@@ -355,7 +355,8 @@ def test_kernels_with_tile_tests_translate_and_compile(gpu, dtype, head_dim, var
     assert '// ---- flashgen/interval.cuh ----' in tr.source
     if path == "sm90":  # the producer alone tests the tiles (tiles_from_producer); the consumers read its notes
         assert tr.source.count("next_kv(w, n_block)") == 1 and "last_kv(w, w.n_begin, w.n_end)" in tr.source
-        assert "const WorkTile w = *tile_note;" in tr.source and "note = kv_note[s];" in tr.source
+        assert "w = fg::mbar::read_in_lane0(tile_note);" in tr.source
+        assert "note = fg::mbar::read_in_lane0(&kv_note[s]);" in tr.source
     else:
         assert "last_kept(n_begin, n_end)" in tr.source and "n_block = n_next" in tr.source
         assert ("kv_slot ^= 1" in tr.source) == (stages == 2)

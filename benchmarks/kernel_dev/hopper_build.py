@@ -178,7 +178,13 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # Session 18: RN = production without row_key_limits (a masked tile's visibility per score from the
              # key's position and `visible`, as before; production compares each score's column with its row's
              # key limits from plan.key_range): session 18's A/B, the other way round
-             "RN": dict(options=dict(row_key_limits=False))}
+             "RN": dict(options=dict(row_key_limits=False)),
+             # Session 19: G0 = l2_groups without its rounds condition (l2_group_rounds = 0): a grid group holds only
+             # the pairs whose K and V fit half the L2 however few rounds of tiles that leaves, for the full rows at
+             # 16k (B = 1: 8 / 16 pairs of 16 / 8 MB at d256 / d128 walk together, 128 MB against the H100's 50 MB
+             # L2; the s18 grid read them at min 2.91 / 3.10 ms but medians 3.75 / 3.74), where the walk then takes
+             # one or two pairs a round and every CTA of a round reads the same K and V.
+             "G0": dict(options=dict(l2_group_rounds=0))}
 RUN = ("cur",)  # the schedules built by default
 
 
@@ -262,7 +268,7 @@ def configs():
             yield entry(sched, d, causal, tiles)
     for (d, causal), sweep in SWEEP.items():
         for tiles in sweep:
-            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP", "EW", "PP", "SW", "SWP", "RN"):
+            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP", "EW", "PP", "SW", "SWP", "RN", "G0"):
                 yield entry(sched, d, causal, tiles)
 
 

@@ -120,6 +120,9 @@ def schedule(plan: KernelPlan) -> dict:
                    # grid_groups of fewer pairs where their K and V would not fit half the L2 and the group still
                    # holds 3 rounds of tiles: causal bf16 d128 +7 / +17 / +5 % at N = 1k / 2k / 4k (NOTES.md, s11)
                    l2_groups=True,
+                   # ... where the group still holds this many rounds of work tiles (the snake rounds even out
+                   # causal rows' lengths over a group's rounds; groups of fewer lost up to 30 %: NOTES.md, s11)
+                   l2_group_rounds=3,
                    # causal rows of up to PAIRED_M_TILES query blocks: a CTA takes a pair's blocks m_tiles - 1 - i
                    # and i back to back (fg::block::paired_tile) in place of grid_groups' order and the snake walk:
                    # causal bf16 d256 +32 / +51 / +19 / +6 % at N = 512 / 1k / 2k / 4k, d128 +9 / +10 / +9 / +4 %
@@ -176,12 +179,12 @@ _SCHEDULE_OVERRIDES: dict = {}
 @contextmanager
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
-    share_key_terms, row_key_limits, grid_groups, snake_rounds, l2_groups, causal_pairs, tiles_from_producer,
-    pingpong) in place of the
+    share_key_terms, row_key_limits, grid_groups, snake_rounds, l2_groups, l2_group_rounds, causal_pairs,
+    tiles_from_producer, pingpong) in place of the
     defaults, as development builds and the tests of an unmeasured switch do."""
     unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "row_key_limits",
-                              "grid_groups", "snake_rounds", "l2_groups", "causal_pairs", "tiles_from_producer",
-                              "pingpong"}
+                              "grid_groups", "snake_rounds", "l2_groups", "l2_group_rounds", "causal_pairs",
+                              "tiles_from_producer", "pingpong"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)
