@@ -1,4 +1,5 @@
 import math
+import statistics
 
 import pytest
 
@@ -9,6 +10,7 @@ from flashgen.harness.bench import (
     parse_shapes,
     roofline_percent,
     tflops,
+    time_in_rounds,
     timing_stats,
 )
 from flashgen.variant import DType, Shape, Variant
@@ -38,6 +40,40 @@ def test_undertiming_flag():
     assert not is_undertimed(0.01, 0.15)  # a tiny kernel's host time is mostly overhead
     flagged = timing_stats([0.01, 0.01], host_ms_per_call=5.0)
     assert flagged.undertimed and "outside the timed stream" in flagged.note
+
+
+def test_rounds_alternate_who_goes_first_and_pool_the_samples():
+    """A fake timer: each call of a run gives one sample, its position in the whole sequence, so a kernel timed first
+    in every round would read low; alternating, ours and the last baseline trade places and their medians meet."""
+    calls: list[str] = []
+
+    def timer(fn):
+        calls.append(fn())
+        return [float(len(calls))], 0.5 * len(calls)
+
+    runs = [("ours", lambda: "ours"), ("flash", lambda: "flash"), ("cudnn", lambda: "cudnn")]
+    stats = time_in_rounds(runs, 4, timer)
+    assert calls == ["ours", "flash", "cudnn", "cudnn", "flash", "ours"] * 2
+    assert [s.reps for s in stats.values()] == [4, 4, 4] and all(s.rounds == 4 for s in stats.values())
+    assert stats[0].median_ms == stats[2].median_ms == 6.5 and stats[1].median_ms == 6.5
+    assert math.isclose(stats[0].host_ms_per_call, 0.5 * statistics.fmean([1, 6, 7, 12]))
+    one = time_in_rounds(runs[:1], 1, lambda fn: ([2.0, 1.0], 3.0))[0]
+    assert (one.reps, one.median_ms, one.rounds) == (2, 1.5, 1)
+
+
+def test_a_run_that_fails_is_reported_and_not_timed_again():
+    seen: list[str] = []
+
+    def timer(fn):
+        name = fn()
+        seen.append(name)
+        if name == "flex":
+            raise RuntimeError("flex fell over")
+        return [1.0], 1.0
+
+    stats = time_in_rounds([("ours", lambda: "ours"), ("flex", lambda: "flex")], 3, timer)
+    assert isinstance(stats[1], RuntimeError) and seen.count("flex") == 1
+    assert stats[0].reps == 3 and seen == ["ours", "flex", "ours", "ours"]
 
 
 def test_shapes_and_suite():

@@ -15,7 +15,8 @@ import math
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,10 @@ class TimingStats(BaseModel):
     host_ms_per_call: float | None = Field(default=None, description="host clock, device-synchronized per call")
     undertimed: bool = False
     note: str = ""
+    rounds: int = Field(default=1, description="rounds the samples were gathered in (time_in_rounds), pooled")
 
 
-def timing_stats(samples_ms: list[float], host_ms_per_call: float | None = None) -> TimingStats:
+def timing_stats(samples_ms: list[float], host_ms_per_call: float | None = None, rounds: int = 1) -> TimingStats:
     """Median and quartiles (inclusive method) of the event samples, and the under-timing verdict."""
     if not samples_ms:
         raise ValueError("no timing samples")
@@ -62,7 +64,8 @@ def timing_stats(samples_ms: list[float], host_ms_per_call: float | None = None)
     note = (f"event time {median:.4g} ms is far below the host-clock {host_ms_per_call:.4g} ms per synchronized call: "
             "work is running outside the timed stream" if flagged else "")
     return TimingStats(median_ms=median, q1_ms=q1, q3_ms=q3, min_ms=ordered[0], mean_ms=statistics.fmean(ordered),
-                       reps=len(ordered), host_ms_per_call=host_ms_per_call, undertimed=flagged, note=note)
+                       reps=len(ordered), host_ms_per_call=host_ms_per_call, undertimed=flagged, note=note,
+                       rounds=rounds)
 
 
 def is_undertimed(event_ms: float, host_ms_per_call: float) -> bool:
@@ -132,6 +135,14 @@ def time_callable(fn: Callable[[], Any], *, stream=None, l2_bytes: int | None = 
     """Time `fn` (which enqueues GPU work on `stream`) with CUDA events around each call and an L2
     flush (a write of 2x the L2 size) before each; repeat until min_time_s of kernel time or max_reps.
     Then time `host_reps` calls on the host clock with a device synchronize after each."""
+    return timing_stats(*time_samples(fn, stream=stream, l2_bytes=l2_bytes, min_time_s=min_time_s, min_reps=min_reps,
+                                      max_reps=max_reps, warmup=warmup, host_reps=host_reps))
+
+
+def time_samples(fn: Callable[[], Any], *, stream=None, l2_bytes: int | None = None, min_time_s: float = 0.2,
+                 min_reps: int = 10, max_reps: int = 1000, warmup: int = 3, host_reps: int = 20
+                 ) -> tuple[list[float], float]:
+    """time_callable's measurement: (the event samples in ms, the host clock's ms per synchronized call)."""
     from flashgen.harness.device import _cupy
 
     cp = _cupy()
@@ -169,7 +180,40 @@ def time_callable(fn: Callable[[], Any], *, stream=None, l2_bytes: int | None = 
             sync()
         host_ms = (time.perf_counter() - t0) * 1e3 / n_host
     del flush
-    return timing_stats(samples, host_ms)
+    return samples, host_ms
+
+
+#: rounds of a benchmark with baselines (the CLI's default): each kernel is timed in every round, ours first in even
+#: rounds and last in odd ones (an even count: as often first as last), and each one's samples are pooled. A card at its power cap does not hold its clock: after a lighter phase it
+#: boosts, draws past the cap, and the controller pulls the clock down (an H100 dipped to 1245 MHz against a settled
+#: ~1500 at 700 W); whichever kernel a shape timed first took that dip. One pass put plain bf16 d128 / d256 at 16k at
+#: 0.90 / 0.84x cuDNN (ours' samples spread 3.10-3.84 ms, cuDNN's 3.18-3.36), where blocks alternating with cuDNN
+#: at the settled clock read 1.02 / 1.00x (benchmarks/kernel_dev/clock_watch.py; NOTES.md, session 19).
+BENCH_ROUNDS = 4
+
+
+def time_in_rounds(runs: list[tuple[Any, Callable[[], Any]]], rounds: int,
+                   timer: Callable[[Callable[[], Any]], tuple[list[float], float]]) -> dict[int, Any]:
+    """Each (key, fn) of `runs` timed by `timer` in every one of `rounds` rounds, the runs in order in even rounds and
+    in reverse in odd ones; per index of `runs`: TimingStats of the pooled samples (host time: the rounds' mean), or
+    the exception its timing raised (that run is not timed again)."""
+    samples: dict[int, list[float]] = {i: [] for i in range(len(runs))}
+    hosts: dict[int, list[float]] = {i: [] for i in range(len(runs))}
+    failed: dict[int, Exception] = {}
+    for r in range(rounds):
+        order = list(range(len(runs))) if r % 2 == 0 else list(range(len(runs)))[::-1]
+        for i in order:
+            if i in failed:
+                continue
+            try:
+                got, host_ms = timer(runs[i][1])
+            except Exception as exc:
+                failed[i] = exc
+                continue
+            samples[i] += got
+            hosts[i].append(host_ms)
+    return {i: failed[i] if i in failed else timing_stats(samples[i], statistics.fmean(hosts[i]), rounds=rounds)
+            for i in range(len(runs))}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,12 +369,16 @@ BENCH_SEED = 0
 
 
 def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, min_time_s: float = 0.2,
-                  seed: int = BENCH_SEED, flex: FlexMode = "static", scale: float | None = None) -> BenchReport:
+                  seed: int = BENCH_SEED, flex: FlexMode = "static", scale: float | None = None,
+                  rounds: int = 1) -> BenchReport:
     """Time each kernel (device.KernelInput, or (source | cubin path, manifest) pairs) on each shape,
-    and every baseline on the same (dtype, variant, shape) once. Needs a GPU; runs in-process (the
-    worker calls it). A shape whose D differs from a kernel's head_dim is skipped for that kernel.
-    `flex` says how FlexAttention is compiled (FlexMode). `scale`: the softmax scale of ours and the baselines
-    (None: 1/sqrt(D))."""
+    and every baseline on the same (dtype, variant, shape) once, beside the first kernel timed there. Needs a GPU;
+    runs in-process (the worker calls it). A shape whose D differs from a kernel's head_dim is skipped for that
+    kernel. `flex` says how FlexAttention is compiled (FlexMode). `scale`: the softmax scale of ours and the
+    baselines (None: 1/sqrt(D)). `rounds`: a kernel and its baselines are timed in that many rounds, min_time_s
+    shared among them, ours first then last (time_in_rounds; BENCH_ROUNDS says why)."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
     if flex not in FLEX_MODES:
         raise ValueError(f"flex must be one of {', '.join(FLEX_MODES)}, got {flex!r}")
     from flashgen.harness.device import (
@@ -338,6 +386,7 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
         _cupy,
         ensure_compiled,
         environment_info,
+        is_sticky_cuda_error,
         load_kernel,
         prepare_launch,
         runnable_arch,
@@ -383,25 +432,38 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
             slopes, tensors = _call_time_inputs(cp, man, shape, seed)
             entry = BenchEntry(name=man.name, kind="kernel", dtype=man.dtype.value, variant=man.variant.name,
                                shape=shape, ok=False)
+            runs: list[tuple[BenchEntry, Callable[[], Any]]] = []
             try:
-                run = prepare_launch(man, loaded, q, k, v, o, lse=lse, scale=scale, stream=stream,
-                                     step=f"bench {shape_text(shape)}", alibi_slopes=slopes, tensors=tensors)
-                entry.stats = time_callable(run, stream=stream, l2_bytes=l2, min_time_s=min_time_s)
-                entry.ok = True
-                entry.tflops = tflops(shape, man.variant, entry.stats.median_ms)
-                entry.roofline_pct = roofline_percent(shape, man.variant, man.dtype, target, entry.stats.median_ms)
+                runs.append((entry, prepare_launch(man, loaded, q, k, v, o, lse=lse, scale=scale, stream=stream,
+                                                   step=f"bench {shape_text(shape)}", alibi_slopes=slopes,
+                                                   tensors=tensors)))
             except Exception as exc:
-                from flashgen.harness.device import is_sticky_cuda_error
-
                 if is_sticky_cuda_error(exc):
                     raise
                 entry.error = str(exc)
             report.entries.append(entry)
             key = (man.dtype.value, man.variant.name, shape_text(shape))
-            if baselines and key not in baseline_done:
-                baseline_done.add(key)
-                report.entries += _bench_baselines(man.variant, man.dtype, shape, q, k, v, softmax_scale, stream, l2,
-                                                   min_time_s, target, flex, slopes)
+            with ExitStack() as stack:
+                if baselines and key not in baseline_done:
+                    baseline_done.add(key)
+                    base = stack.enter_context(_baseline_runs(man.variant, man.dtype, shape, q, k, v, softmax_scale,
+                                                              stream, flex, slopes))
+                    report.entries += [e for e, _fn in base]
+                    runs += [(e, fn) for e, fn in base if fn is not None]
+
+                def timer(fn):
+                    return time_samples(fn, stream=stream, l2_bytes=l2, min_time_s=min_time_s / rounds)
+
+                for (timed, _fn), stats in zip(runs, time_in_rounds(runs, rounds, timer).values(), strict=True):
+                    if isinstance(stats, Exception):
+                        if is_sticky_cuda_error(stats):
+                            raise stats
+                        timed.error = (str(stats) if timed.kind == "kernel" else
+                                       f"{type(stats).__name__}: {str(stats).splitlines()[0] if str(stats) else ''}")
+                        continue
+                    timed.stats, timed.ok = stats, True
+                    timed.tflops = tflops(shape, man.variant, stats.median_ms)
+                    timed.roofline_pct = roofline_percent(shape, man.variant, man.dtype, target, stats.median_ms)
             del q, k, v, o, lse, slopes, tensors
     return report
 
@@ -424,12 +486,13 @@ def _call_time_inputs(cp, manifest, shape: Shape, seed: int):
 _flex_dynamic_failed: str | None = None  # why a dynamic compile failed in this process (static from then on)
 
 
-def _bench_baselines(variant: Variant, dtype: DType, shape: Shape, q, k, v, scale: float, stream, l2: int,
-                     min_time_s: float, target: str | None, flex: FlexMode = "static",
-                     alibi_slopes=None) -> list[BenchEntry]:
+@contextmanager
+def _baseline_runs(variant: Variant, dtype: DType, shape: Shape, q, k, v, scale: float, stream,
+                   flex: FlexMode = "static", alibi_slopes=None) -> Iterator[list[tuple[BenchEntry, Any]]]:
+    """Every baseline at this shape as (entry, callable or None where it does not run: the entry says why), made and
+    timed on our stream (torch's view of it, current inside the context)."""
     from flashgen.harness.baselines import BASELINE_NAMES, make_baselines
 
-    entries = []
     try:
         import torch
 
@@ -437,8 +500,9 @@ def _bench_baselines(variant: Variant, dtype: DType, shape: Shape, q, k, v, scal
         slopes = torch.from_dlpack(alibi_slopes) if alibi_slopes is not None else None  # the slopes ours ran with
         torch_stream = torch.cuda.ExternalStream(stream.ptr)
     except Exception as exc:
-        return [BenchEntry(name=n, kind="baseline", dtype=dtype.value, variant=variant.name, shape=shape, ok=False,
-                           skipped=f"torch not usable: {exc}") for n in BASELINE_NAMES]
+        yield [(BenchEntry(name=n, kind="baseline", dtype=dtype.value, variant=variant.name, shape=shape, ok=False,
+                           skipped=f"torch not usable: {exc}"), None) for n in BASELINE_NAMES]
+        return
     global _flex_dynamic_failed
     if flex == "dynamic" and _flex_dynamic_failed:
         flex = "static"
@@ -453,19 +517,8 @@ def _bench_baselines(variant: Variant, dtype: DType, shape: Shape, q, k, v, scal
             _flex_dynamic_failed = next(r for n, _, r in made if n == "flex")
             made = make_baselines(variant, tq, tk, tv, scale, flex="static", alibi_slopes=slopes)
             flex_note = f"compiled with dynamic=False (the dynamic compile failed: {_flex_dynamic_failed})"
-        for name, fn, reason in made:
-            entry = BenchEntry(name=name, kind="baseline", dtype=dtype.value, variant=variant.name, shape=shape,
-                               ok=False, skipped=reason, note=flex_note if name == "flex" else "")
-            if fn is not None:
-                try:
-                    entry.stats = time_callable(fn, stream=stream, l2_bytes=l2, min_time_s=min_time_s)
-                    entry.ok = True
-                    entry.tflops = tflops(shape, variant, entry.stats.median_ms)
-                    entry.roofline_pct = roofline_percent(shape, variant, dtype, target, entry.stats.median_ms)
-                except Exception as exc:
-                    entry.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            entries.append(entry)
-    return entries
+        yield [(BenchEntry(name=name, kind="baseline", dtype=dtype.value, variant=variant.name, shape=shape, ok=False,
+                           skipped=reason, note=flex_note if name == "flex" else ""), fn) for name, fn, reason in made]
 
 
 def _kernel_input(pair):

@@ -28,6 +28,7 @@ from flashgen.abi import KernelManifest
 from flashgen.errors import FlashgenError, UsageError
 from flashgen.harness.bench import (
     BASELINE_LABELS,
+    BENCH_ROUNDS,
     BENCH_SEED,
     FLEX_MODES,
     SUITE_GRIDS,
@@ -461,10 +462,11 @@ def toolchain_info() -> dict[str, Any]:
 
 def run_suite(gpu: str, suite: str = "fa2", arch_path: str | None = None, *, select: str | None = None,
               baselines: bool = True, flex: FlexMode = "dynamic", min_time_s: float = 0.1, jobs: int | None = None,
-              job_timeout_s: float = 300.0, out: Path | None = None,
+              job_timeout_s: float = 300.0, out: Path | None = None, rounds: int = BENCH_ROUNDS,
               progress: Callable[[str], None] = lambda _msg: None) -> SuiteResult:
-    """Build, compile (in parallel), verify on SUITE_CHECK_CASES and time every row beside the baselines.
-    Writes `out` after every kernel, so a run cut short still leaves what it measured."""
+    """Build, compile (in parallel), verify on SUITE_CHECK_CASES and time every row beside the baselines, in `rounds`
+    rounds (bench.time_in_rounds). Writes `out` after every kernel, so a run cut short still leaves what it
+    measured."""
     from flashgen.harness.verify import default_cases
     from flashgen.harness.worker import GpuWorker, KernelInput, device_arch, have_gpu
 
@@ -487,7 +489,7 @@ def run_suite(gpu: str, suite: str = "fa2", arch_path: str | None = None, *, sel
     result = SuiteResult(suite=suite, gpu=gpu, arch_path=code_path(target.arch), kernel_arch=target.arch,
                          translation_target=target.name,
                          compile_arch=arch, kernels=kernels,
-                         settings={"min_time_s": min_time_s, "baselines": baselines, "flex": flex,
+                         settings={"min_time_s": min_time_s, "rounds": rounds, "baselines": baselines, "flex": flex,
                                    "verify_cases": list(SUITE_CHECK_CASES),
                                    "verify_note": "each kernel is verified on this small subset of "
                                    "harness.verify.default_cases before timing; the full set runs in the GPU tests",
@@ -527,7 +529,7 @@ def run_suite(gpu: str, suite: str = "fa2", arch_path: str | None = None, *, sel
                 continue
             timed = worker.call("flashgen.harness.bench:bench_kernels", timeout_s=job_timeout_s,
                                 kernels=[kernel_input], shapes=[r.shape for r in mine], baselines=baselines,
-                                min_time_s=min_time_s, flex=flex)
+                                min_time_s=min_time_s, flex=flex, rounds=rounds)
             if not timed.ok:
                 for r in mine:
                     r.status = f"bench failed: {(timed.error or '').splitlines()[0] if timed.error else '?'}"
@@ -650,6 +652,12 @@ def _padding_cost_section(result: SuiteResult) -> list[str]:
                      f"{c.native_tflops:.1f} | {c.ratio:.2f} |")
     return lines + [""]
 
+def _rounds_text(settings: dict[str, Any]) -> str:
+    """How a suite's kernels and baselines shared the card (runs before rounds: one pass, ours first)."""
+    rounds = settings.get("rounds", 1)
+    return (f", in {rounds} rounds (ours first, then last; samples pooled)" if rounds > 1
+            else ", one pass (ours first, then each baseline)")
+
 
 def _result_section(result: SuiteResult) -> list[str]:
     s = result.summary if result.summary.rows else summarize(result.rows)
@@ -660,7 +668,8 @@ def _result_section(result: SuiteResult) -> list[str]:
     if turing:
         head += [f"{t} roof TFLOP/s" for t in TURING_ROOFLINE_TARGETS]
     lines = [f"## {result.suite}: {_path_title(result)}", "", environment_line(result) + ".", "",
-             f"Settings: min time {result.settings.get('min_time_s', '?')} s per measurement; FlexAttention "
+             f"Settings: min time {result.settings.get('min_time_s', '?')} s per measurement"
+             f"{_rounds_text(result.settings)}; FlexAttention "
              f"{result.settings.get('flex', '?')}; each kernel verified on {', '.join(result.settings.get('verify_cases', []))} "
              "before timing.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result.rows:

@@ -83,12 +83,13 @@ class BenchJob(BaseModel):
     baselines: bool = True
     min_time_s: float = 0.2
     scale: float | None = Field(default=None, description="the softmax scale; None: 1/sqrt(D)")
+    rounds: int = Field(default=1, ge=1, description="rounds of ours and the baselines (bench.time_in_rounds)")
 
     def run(self) -> Any:
         from flashgen.harness.bench import bench_kernels
 
         return bench_kernels(self.kernels, self.shapes, baselines=self.baselines, min_time_s=self.min_time_s,
-                             scale=self.scale)
+                             scale=self.scale, rounds=self.rounds)
 
     def describe(self) -> str:
         return f"bench of {', '.join(k.label for k in self.kernels) or 'baselines'}"

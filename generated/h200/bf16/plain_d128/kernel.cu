@@ -194,6 +194,22 @@ __device__ __forceinline__ void wait(uint64_t* bar, uint32_t phase) {
         : "memory");
   } while (!done);
 }
+// A value in shared memory that another role wrote before arriving on a barrier this warp waited for, read by lane
+// 0 alone and shuffled to the warp, for a warp whose lane 0 alone arrives on the barrier that frees the value: an
+// arrive releases only its own thread's accesses, so the reads of lanes that do not arrive would not be ordered
+// before the writer's next store (compute-sanitizer's racecheck flags them). V: 4-byte words, trivially copyable.
+template <typename V>
+__device__ __forceinline__ V read_in_lane0(const V* src) {
+  static_assert(sizeof(V) % 4 == 0, "read_in_lane0 moves 4-byte words");
+  V value;
+  const bool lane0 = (threadIdx.x & 31) == 0;
+#pragma unroll
+  for (int i = 0; i < (int)(sizeof(V) / 4); ++i) {
+    const int word = lane0 ? reinterpret_cast<const volatile int*>(src)[i] : 0;
+    reinterpret_cast<int*>(&value)[i] = __shfl_sync(0xffffffffu, word, 0);
+  }
+  return value;
+}
 }  // namespace mbar
 
 namespace tma {
