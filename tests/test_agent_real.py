@@ -92,8 +92,9 @@ def test_gpu_expert_kernel_is_verified_and_timed(tmp_path):
 def test_gpu_wrong_mask_in_cuda_repaired_after_the_verifier(tmp_path):
     env, target, sketch, full = _texts("h200", DType.bf16, 128)
     source, manifest = env.translate(full, target)
-    assert "kpos <= qpos + diag" in source
-    wrong = source.replace("kpos <= qpos + diag", "kpos < qpos + diag")
+    # the causal limit of each of the thread's two rows (sm90's row_key_limits); the planted bug drops the diagonal key
+    assert source.count(") + diag + 1) - k_row0") == 2
+    wrong = source.replace(") + diag + 1) - k_row0", ") + diag) - k_row0")
     reply = lambda src: f"```cuda\n{src}```\n```json\n{manifest.model_dump_json()}\n```"
     provider = ScriptedProvider([f"```tl\n{sketch}```", f"```tl\n{full}```", reply(wrong), reply(source)])
     task = Task(variant=CAUSAL, target="h200", arch="sm_90", dtype=DType.bf16, head_dim=128)
