@@ -32,18 +32,18 @@ HEAD_DIM = 64
 TEMPLATES = [n for n in prompts.names() if not n.startswith("_")]
 
 # The size budget, in characters (about 4 to a token), measured at d64. The translate prompt is the big one, and
-# most of it is the worked example: 32k (sm_80 family) to 44.1k (sm_90 bf16/fp16: its CUDA is 40.2k since the
-# masked tiles' key limits of session 18) characters, of which the CUDA is 29k to 40.2k, the TL 2.2k to 2.9k and
-# the manifest 0.7k to 1.1k. It is what a model adapts (both kernels of the issue's trial were), so it is kept
-# whole, with a budget of its own: 44.5k. All the rest of the step (the task, the ABI header, the manifest's fields,
-# the rules, the program to translate) is 8.1k to 9.5k: 12k. So an opening translate prompt stays under 56.5k
-# characters (~14k tokens); with the two repair
-# rounds a conversation keeps (each a reply about the size of the example's CUDA, ~9k tokens, plus its feedback)
-# and the next reply, a translate request needs ~45k tokens of context: inside a 64k-token model, a quarter of
+# most of it is the worked example: 37.1k (sm_80 family), 42.6k to 43.4k (sm_75) and 45.0k (sm_90 bf16/fp16: its
+# CUDA is 40.8k since the producer hands the consumers each tile's note, session 19) characters, of which the CUDA
+# is 34.1k to 40.8k, the TL 2.2k to 2.9k and the manifest 0.7k to 1.1k. It is what a model adapts (both kernels of
+# the issue's trial were), so it is kept whole, with a budget of its own: 46k. All the rest of the step (the task,
+# the ABI header, the manifest's fields, the rules, the program to translate) is 9.7k to 11.1k: 12k. So an opening
+# translate prompt stays under 58k characters (~14.5k tokens); with the two repair
+# rounds a conversation keeps (each a reply about the size of the example's CUDA, ~10k tokens, plus its feedback)
+# and the next reply, a translate request needs ~46k tokens of context: inside a 64k-token model, a quarter of
 # Claude's 200k, far from GPT-4.1's 1M. The sketch and params prompts are mostly the language reference, cut to
 # the task (16k to 18k characters; 25k to 28k on sm_90 fp16/bf16, which adds the Hopper dataflow): 32k. A repair
 # prompt is its feedback plus a few lines of request and rules: 4k with the fakes' short feedback.
-EXAMPLE_BUDGET = 44_500
+EXAMPLE_BUDGET = 46_000
 TRANSLATE_REST_BUDGET = 12_000
 TL_STEP_BUDGET = 32_000
 REPAIR_BUDGET = 4_000
