@@ -76,6 +76,11 @@ class Launch(BaseModel):
         """Whether this launch runs at these sizes (`when` holds, or there is none)."""
         return self.when is None or eval_condition(self.when, sizes)
 
+    def persistent(self) -> bool:
+        """Whether its grid names SMS: a persistent grid, whose CTAs each walk several work tiles once there are more
+        tiles than the GPU has SMs (and only then)."""
+        return any(re.search(r"\bSMS\b", dim) for dim in self.grid)
+
     @model_serializer(mode="wrap")
     def _omit_absent(self, handler):
         # launches that run at every size with the manifest's maps serialize exactly as before the fields existed

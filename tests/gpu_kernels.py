@@ -153,10 +153,13 @@ def verify_workers() -> int:
     return max(1, int(chosen)) if chosen else max(1, min(8, usable_cpus() // 2))
 
 
-def verify_many(kernels: dict[Hashable, Any], workers: int | None = None, job_timeout_s: float = 240) -> dict:
+def verify_many(kernels: dict[Hashable, Any], workers: int | None = None, job_timeout_s: float = 240,
+                extra_cases: Callable[[Any], list] | None = None) -> dict:
     """{key: VerifyReport} of every KernelInput, through `workers` GpuWorkers (one process each, one GPU) taking
     kernels in order. Each verification is GpuWorker.verify's own: default cases, fresh seeds, two runs a case;
-    a crash or hang fails that kernel's report and restarts only its worker."""
+    a crash or hang fails that kernel's report and restarts only its worker. `extra_cases(manifest)`: cases run
+    after the default ones."""
+    from flashgen.harness.verify import default_cases
     from flashgen.harness.worker import GpuWorker
 
     todo, lock, reports = deque(kernels), Lock(), {}
@@ -168,7 +171,9 @@ def verify_many(kernels: dict[Hashable, Any], workers: int | None = None, job_ti
                     if not todo:
                         return
                     key = todo.popleft()
-                reports[key] = worker.verify(kernels[key])
+                kernel = kernels[key]
+                cases = None if extra_cases is None else default_cases(kernel.manifest) + extra_cases(kernel.manifest)
+                reports[key] = worker.verify(kernel, cases=cases)
 
     count = max(1, min(workers or verify_workers(), len(kernels)))
     with ThreadPoolExecutor(max_workers=count) as pool:

@@ -100,6 +100,26 @@ def test_default_cases_cover_tails_layouts_gqa_and_magnitude():
     assert any(c.magnitude > 1 for c in cases) and any(c.name == "window_edges" for c in cases)
 
 
+def test_a_persistent_grid_is_verified_over_more_work_tiles_than_ctas():
+    """A grid sized by the GPU's SMs (the sm90 path's) gets persistent_walk: at every row block the sm90 path takes
+    (64 rows: two CTAs an SM; 128, 192: one), more work tiles than an H200 runs CTAs, and causal rows without keys
+    amid them; a grid of one CTA per tile does not need it."""
+    for kv_group in (1, 8):
+        variant = Variant(causal=True, kv_group=kv_group)
+        launch = Launch(kernel="k", grid=("min(cdiv(N, 128) * H * B, SMS)", "1", "1"), threads=384)
+        man = KernelManifest(name="x", arch="sm_90a", dtype=DType.bf16, head_dim=128, variant=variant,
+                             launches=[launch])
+        assert launch.persistent()
+        (walk,) = [c.shape for c in default_cases(man) if c.name == "persistent_walk"]
+        for block_m, ctas in ((64, 2 * 132), (128, 132), (192, 132)):
+            assert walk.B * walk.H * -(-walk.N // block_m) > ctas, (kv_group, block_m)
+        assert walk.N - walk.M >= 192 and walk.H % kv_group == 0  # whole causal blocks without a key
+        one_per_tile = man.model_copy(update=dict(launches=[Launch(kernel="k", grid=("cdiv(N, 128)", "H", "B"),
+                                                                   threads=128)]))
+        assert not one_per_tile.launches[0].persistent()
+        assert "persistent_walk" not in {c.name for c in default_cases(one_per_tile)}
+
+
 def test_large_magnitude_scores_reach_the_hundreds():
     shape = Shape(B=1, H=1, N=64, M=64, D=64)
     q, k, _ = random_inputs(shape, 1, scale_mag=8.0)

@@ -184,7 +184,11 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # 16k (B = 1: 8 / 16 pairs of 16 / 8 MB at d256 / d128 walk together, 128 MB against the H100's 50 MB
              # L2; the s18 grid read them at min 2.91 / 3.10 ms but medians 3.75 / 3.74), where the walk then takes
              # one or two pairs a round and every CTA of a round reads the same K and V.
-             "G0": dict(options=dict(l2_group_rounds=0))}
+             "G0": dict(options=dict(l2_group_rounds=0)),
+             # Session 20: OT = the overlap_tiles switch: a work tile's last P V and the next work tile's first S
+             # issued back to back, the epilogue (O's normalization and TMA store) under both, where the S used to
+             # wait for it (short rows: N = 512 .. 2k, the document mask's 4 key tiles a row). D + Dv <= 256 only.
+             "OT": dict(options=dict(overlap_tiles=True))}
 RUN = ("cur",)  # the schedules built by default
 
 
@@ -268,7 +272,7 @@ def configs():
             yield entry(sched, d, causal, tiles)
     for (d, causal), sweep in SWEEP.items():
         for tiles in sweep:
-            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP", "EW", "PP", "SW", "SWP", "RN", "G0"):
+            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP", "EW", "PP", "SW", "SWP", "RN", "G0", "OT"):
                 yield entry(sched, d, causal, tiles)
 
 

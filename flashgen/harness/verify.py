@@ -129,7 +129,8 @@ class VerifyReport(BaseModel):
 # ---------------------------------------------------------------------------------------------
 
 def default_cases(manifest: KernelManifest) -> list[CheckCase]:
-    """Tails, N != M both ways, B and H > 1, GQA, both layouts, large magnitude and the variant's edges."""
+    """Tails, N != M both ways, B and H > 1, GQA, both layouts, large magnitude, a persistent grid's walk and the
+    variant's edges."""
     v, d = manifest.variant, manifest.head_dim
     g = v.kv_group
     heads = 2 * g
@@ -151,6 +152,13 @@ def default_cases(manifest: KernelManifest) -> list[CheckCase]:
             CheckCase(name="large_magnitude", shape=shape(1, 128, 200), magnitude=8.0),
             CheckCase(name="single_row", shape=shape(1, 1, 77)),
         ]
+        if any(launch.persistent() for launch in manifest.launches):
+            # a persistent grid's CTAs walk several work tiles only where there are more tiles than CTAs (and what
+            # one tile leaves to the next: the loads in flight, the shared memory's notes and barriers' phases, a
+            # next tile's GEMMs begun under this one's epilogue): 210 to 490 tiles of 192 to 64 rows, more than an
+            # H200 runs at once (132 CTAs, 264 of 64 rows), ragged; causal rows 0..299 see no key (tiles without
+            # keys amid the walk)
+            cases.append(CheckCase(name="persistent_walk", shape=shape(2, 400, 100, h=g * -(-35 // g))))
         if v.window is not None:
             w = v.window
             cases.append(CheckCase(name="window_edges", shape=shape(1, min(2 * w + 37, 1500), min(2 * w + 61, 1500)),
