@@ -172,8 +172,11 @@ def verify_many(kernels: dict[Hashable, Any], workers: int | None = None, job_ti
                         return
                     key = todo.popleft()
                 kernel = kernels[key]
-                cases = None if extra_cases is None else default_cases(kernel.manifest) + extra_cases(kernel.manifest)
-                reports[key] = worker.verify(kernel, cases=cases)
+                if extra_cases is None:
+                    reports[key] = worker.verify(kernel)
+                else:
+                    reports[key] = worker.verify(
+                        kernel, cases=default_cases(kernel.manifest) + extra_cases(kernel.manifest))
 
     count = max(1, min(workers or verify_workers(), len(kernels)))
     with ThreadPoolExecutor(max_workers=count) as pool:

@@ -62,3 +62,32 @@ def test_verify_many_spreads_the_kernels_over_workers(monkeypatch):
     assert reports == {k: f"report of kernel {k}" for k in range(10)} and len(started) == 3
     monkeypatch.setenv("FLASHGEN_TEST_VERIFY_WORKERS", "2")
     assert gpu_kernels.verify_workers() == 2
+
+
+def test_verify_many_runs_extra_cases_after_the_default_ones(monkeypatch):
+    import flashgen.harness.worker as worker
+    from flashgen.abi import KernelManifest, Launch
+    from flashgen.harness.verify import CheckCase, default_cases
+    from flashgen.variant import DType, Shape, Variant
+
+    class FakeWorker:
+        def __init__(self, job_timeout_s):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+        def verify(self, kernel, cases):
+            return [case.name for case in cases]
+
+    class Kernel:
+        manifest = KernelManifest(name="x", arch="sm_80", dtype=DType.fp16, head_dim=64, variant=Variant(),
+                                  launches=[Launch(kernel="k", grid=("1", "1", "1"), threads=128)])
+
+    extra = CheckCase(name="extra", shape=Shape(B=1, H=1, N=8, M=8, D=64))
+    monkeypatch.setattr(worker, "GpuWorker", FakeWorker)
+    reports = gpu_kernels.verify_many({0: Kernel()}, workers=1, extra_cases=lambda manifest: [extra])
+    assert reports[0] == [case.name for case in default_cases(Kernel.manifest)] + ["extra"]

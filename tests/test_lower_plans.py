@@ -69,9 +69,14 @@ def test_library_plans_hold_the_expected_pieces():
     assert [m.expr for m in softcap.score_mods] == ["30.0f * fg::tanh_fast(0.033333335f * s)"]
     assert not softcap.score_mods[0].uses_positions
     relu = _plan("relu")
-    assert relu.norm.p_expr == "fmaxf(s, 0.0f) * tl_c0" and relu.prologue[0].expr == "1.0f / (float)seqlen_k"
+    assert relu.norm.p_expr == "(s > 0.0f ? s : 0.0f) * tl_c0" and relu.prologue[0].expr == "1.0f / (float)seqlen_k"
     sigmoid = _plan("sigmoid")
     assert sigmoid.norm.p_expr == "1.0f / (1.0f + expf(-(s - tl_c0)))"
+    # both are 0 at a masked score's -inf: the sm90 path applies them after the mask (Normalization.zero_at_masked);
+    # a p that is not keeps p = 0 for invisible keys inside the mask's loop
+    assert relu.norm.zero_at_masked and sigmoid.norm.zero_at_masked
+    shifted = lower(parse(_edit("relu", {"relu(S_r) / M, 0)": "(relu(S_r) + 1) / M, 0)"})), "sm_80")[0]
+    assert shifted.norm.p_expr == "(s > 0.0f ? s : 0.0f) * tl_c0 + tl_c0" and not shifted.norm.zero_at_masked
     assert sigmoid.prologue[0].expr == "logf((float)seqlen_k)"
     split = _plan("decode_splitkv")
     assert split.variant.split_kv and split.block_m == 16 and split.warps == 1

@@ -387,7 +387,11 @@ class _Compiler:
         if f == "relu":
             if x.ctype == "int":
                 return _C(f"max({x.text}, 0)", _P_ATOM, "int", None, True)
-            return _C(f"fmaxf({x.text}, 0.0f)", _P_ATOM, "float", None, True)
+            # a select, not fmaxf: the same value (NaN and -0 give 0 either way), but on the sm90 path an fmaxf of
+            # each score left ptxas short of registers for the wgmma pipeline, which it then serialized (relu at
+            # every tile; NOTES.md, session 20)
+            operand = x.at(_P_REL + 1)
+            return _C(f"{operand} > 0.0f ? {operand} : 0.0f", _P_TERNARY, "float", None, True)
         if f == "sigmoid":
             exp = "__expf" if self.env.fast_math else "expf"
             neg = _C(f"-{x.at(_P_UNARY)}", _P_UNARY, "float") if x.ctype == "float" else _C(

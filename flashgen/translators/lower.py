@@ -710,7 +710,8 @@ class _Lowering:
                 if st.cond is not None:
                     p_conds.extend((c, st.stmt) for c in _conjuncts(st.cond))
                 self.check_masked_p_is_zero(st, units, any(x.kind == "mask" for x in steps[:i]))
-                norm = Normalization(kind=NormKind(self.variant.norm.value), p_expr=p_expr)
+                norm = Normalization(kind=NormKind(self.variant.norm.value), p_expr=p_expr,
+                                     zero_at_masked=self.p_at_masked(st) is True)
         if softmax:
             if units.p != 0:
                 scalings = [x.stmt for x in steps if x.kind == "scale"]
@@ -886,17 +887,21 @@ class _Lowering:
         return self.compile(self.hoist(poly.drop("scale")), "score", st.stmt)
 
     def check_masked_p_is_zero(self, st: _Step, units: _Units, after_mask: bool) -> None:
-        if not after_mask:
-            return
+        if after_mask and self.p_at_masked(st) not in (None, True):
+            raise self.fail(st.stmt, "P is not 0 for a key masked with -inf earlier: mask with `where(cond, ..., 0)` "
+                                     "in this step")
+
+    def p_at_masked(self, st: _Step) -> bool | None:
+        """Whether the p step's value is exactly 0 at a score of -inf (at sample positions and sizes); None where
+        it reads what the sample does not give (a call-time tensor)."""
         vals = {SCORE: np.full(4, -np.inf), "q_idx": np.arange(4), "k_idx": np.arange(4)[::-1],
                 **self.sample_sizes()}
         try:
-            p = evaluate(self.strip_scale(st.value), vals)
+            with np.errstate(all="ignore"):
+                p = evaluate(self.strip_scale(st.value), vals)
         except KeyError:
-            return
-        if not np.all(np.asarray(p) == 0):
-            raise self.fail(st.stmt, "P is not 0 for a key masked with -inf earlier: mask with `where(cond, ..., 0)` "
-                                     "in this step")
+            return None
+        return bool(np.all(np.asarray(p) == 0))
 
     def strip_scale(self, expr: Any) -> Any:
         return substitute(expr, {"scale": _num(0.125)})

@@ -142,6 +142,10 @@ class Normalization(BaseModel):
     kind: NormKind
     p_expr: str | None = Field(default=None, description="C float expression of s giving p for relu/sigmoid "
                                "(invisible keys get p = 0 regardless); None for softmax, whose p is exp2-based")
+    zero_at_masked: bool = Field(default=False, description="p_expr is exactly 0 at s = -inf: a backend may set an "
+                                 "invisible key's score to -inf and apply p_expr to every score after the mask, as "
+                                 "softmax does (the sm90 path: p_expr inside the mask's loop left ptxas short of "
+                                 "registers for the wgmma pipeline, which it serialized; NOTES.md, session 20)")
 
     @model_validator(mode="after")
     def _p_expr_matches_kind(self) -> Normalization:
@@ -365,9 +369,11 @@ def normalization_for(variant: Variant) -> tuple[Normalization, list[Prologue]]:
     if variant.norm is Norm.softmax:
         return Normalization(kind=NormKind.softmax), []
     if variant.norm is Norm.relu:
-        return (Normalization(kind=NormKind.relu, p_expr="fmaxf(s, 0.0f) * inv_seqlen_k"),
+        # relu as a select: flashgen.translators.cexpr says why
+        return (Normalization(kind=NormKind.relu, p_expr="(s > 0.0f ? s : 0.0f) * inv_seqlen_k", zero_at_masked=True),
                 [Prologue(ctype="float", name="inv_seqlen_k", expr="1.0f / (float)seqlen_k")])
-    return (Normalization(kind=NormKind.sigmoid, p_expr="1.0f / (1.0f + __expf(log_seqlen_k - s))"),
+    return (Normalization(kind=NormKind.sigmoid, p_expr="1.0f / (1.0f + __expf(log_seqlen_k - s))",
+                          zero_at_masked=True),
             [Prologue(ctype="float", name="log_seqlen_k", expr="logf((float)seqlen_k)")])
 
 
