@@ -3,13 +3,16 @@ import numpy as np
 from flashgen.abi import KernelManifest, Launch
 from flashgen.harness.verify import (
     POISON_BITS,
+    QUICK_CASES,
     TOLERANCES,
     compare_outputs,
     default_cases,
     from_dtype_bits,
+    quick_cases,
     to_dtype_bits,
 )
 from flashgen.reference import attention, random_inputs
+from flashgen.targets import TARGETS
 from flashgen.variant import DType, Shape, Variant
 
 
@@ -102,8 +105,8 @@ def test_default_cases_cover_tails_layouts_gqa_and_magnitude():
 
 def test_a_persistent_grid_is_verified_over_more_work_tiles_than_ctas():
     """A grid sized by the GPU's SMs (the sm90 path's) gets persistent_walk: at every row block the sm90 path takes
-    (64 rows: two CTAs an SM; 128, 192: one), more work tiles than an H200 runs CTAs, and causal rows without keys
-    amid them; a grid of one CTA per tile does not need it."""
+    (64 rows: two CTAs an SM; 128, 192: one), more work tiles than the largest known target runs CTAs, and causal
+    rows without keys amid them; a grid of one CTA per tile does not need it."""
     for kv_group in (1, 8):
         variant = Variant(causal=True, kv_group=kv_group)
         launch = Launch(kernel="k", grid=("min(cdiv(N, 128) * H * B, SMS)", "1", "1"), threads=384)
@@ -111,9 +114,13 @@ def test_a_persistent_grid_is_verified_over_more_work_tiles_than_ctas():
                              launches=[launch])
         assert launch.persistent()
         (walk,) = [c.shape for c in default_cases(man) if c.name == "persistent_walk"]
-        for block_m, ctas in ((64, 2 * 132), (128, 132), (192, 132)):
+        sms = max(target.sm_count for target in TARGETS.values())
+        assert sms >= 132  # the H100's and H200's
+        for block_m, ctas in ((64, 2 * sms), (128, sms), (192, sms)):
             assert walk.B * walk.H * -(-walk.N // block_m) > ctas, (kv_group, block_m)
         assert walk.N - walk.M >= 192 and walk.H % kv_group == 0  # whole causal blocks without a key
+        # a benchmark and the tuner verify it too before timing (their shapes all walk several tiles)
+        assert [c.name for c in quick_cases(man)] == list(QUICK_CASES)
         one_per_tile = man.model_copy(update=dict(launches=[Launch(kernel="k", grid=("cdiv(N, 128)", "H", "B"),
                                                                    threads=128)]))
         assert not one_per_tile.launches[0].persistent()

@@ -37,8 +37,7 @@ def main() -> int:
     from flashgen.harness.bench import bench_kernels, shape_text
     from flashgen.harness.compile import compile_many
     from flashgen.harness.suite import translation_target
-    from flashgen.harness.tune import VERIFY_CASES
-    from flashgen.harness.verify import default_cases
+    from flashgen.harness.verify import quick_cases
     from flashgen.harness.worker import GpuWorker, KernelInput
     from flashgen.translators.search import parse_compact_params, translate_with_params
 
@@ -63,7 +62,7 @@ def main() -> int:
             if not c.ok:
                 b["verified"] = f"compile failed: {c.feedback_text(300)}"
                 continue
-            cases = [x for x in default_cases(b["manifest"]) if x.name in VERIFY_CASES]
+            cases = quick_cases(b["manifest"])
             report = worker.verify(KernelInput(manifest=b["manifest"], cubin_path=c.cubin_path), cases=cases)
             b["verified"] = "ok" if report.ok else (report.summary or report.error or "failed")[:300]
             print(f"{b['dtype']} {b['mask']} {b['label']}: {res} verify {b['verified'][:120]}", flush=True)

@@ -45,9 +45,6 @@ from flashgen.variant import DType, Shape, Variant, check_head_dim_v
 
 SUITES = tuple(SUITE_GRIDS)
 ARCH_PATHS = ("sm_90", "sm_80", "sm_75")
-# The suite verifies each kernel on these few cases of verify.default_cases before timing it (ragged
-# tails, rows that see no key, scores in the hundreds); tests/test_kernel_gpu.py runs the full set.
-SUITE_CHECK_CASES = ("tails", "n_gt_m", "large_magnitude")
 # Where the Turing code path is meant to run: its roofline there is recorded beside the H200 timing.
 TURING_ROOFLINE_TARGETS = ("t4", "rtx8000")
 # Display names of the baselines, in table order
@@ -464,10 +461,10 @@ def run_suite(gpu: str, suite: str = "fa2", arch_path: str | None = None, *, sel
               baselines: bool = True, flex: FlexMode = "dynamic", min_time_s: float = 0.1, jobs: int | None = None,
               job_timeout_s: float = 300.0, out: Path | None = None, rounds: int = BENCH_ROUNDS,
               progress: Callable[[str], None] = lambda _msg: None) -> SuiteResult:
-    """Build, compile (in parallel), verify on SUITE_CHECK_CASES and time every row beside the baselines, in `rounds`
+    """Build, compile (in parallel), verify on verify.QUICK_CASES and time every row beside the baselines, in `rounds`
     rounds (bench.time_in_rounds). Writes `out` after every kernel, so a run cut short still leaves what it
     measured."""
-    from flashgen.harness.verify import default_cases
+    from flashgen.harness.verify import QUICK_CASES, quick_cases
     from flashgen.harness.worker import GpuWorker, KernelInput, device_arch, have_gpu
 
     if flex not in FLEX_MODES:
@@ -490,7 +487,7 @@ def run_suite(gpu: str, suite: str = "fa2", arch_path: str | None = None, *, sel
                          translation_target=target.name,
                          compile_arch=arch, kernels=kernels,
                          settings={"min_time_s": min_time_s, "rounds": rounds, "baselines": baselines, "flex": flex,
-                                   "verify_cases": list(SUITE_CHECK_CASES),
+                                   "verify_cases": list(QUICK_CASES),
                                    "verify_note": "each kernel is verified on this small subset of "
                                    "harness.verify.default_cases before timing; the full set runs in the GPU tests",
                                    "select": select, "speedup": "baseline median time / ours (> 1: ours is faster)"},
@@ -517,7 +514,7 @@ def run_suite(gpu: str, suite: str = "fa2", arch_path: str | None = None, *, sel
             mine = [r for r in result.rows if (r.dtype, r.variant, r.shape.D) == k.key]
             kernel_input = KernelInput(manifest=k.manifest, source=k.source)
             started = time.monotonic()
-            cases = [c for c in default_cases(k.manifest) if c.name in SUITE_CHECK_CASES]
+            cases = quick_cases(k.manifest)
             report = worker.verify(kernel_input, cases=cases, timeout_s=min(job_timeout_s, 120.0))
             k.verify = {"ok": bool(report.ok), "cases": [c.name for c in cases], "seed": getattr(report, "seed", None),
                         "summary": (report.summary or "")[:1500]}

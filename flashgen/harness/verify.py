@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, model_serializer
 
 from flashgen.abi import KernelManifest
 from flashgen.reference import attention, random_alibi_slopes, random_inputs, visible_mask
+from flashgen.targets import TARGETS
 from flashgen.variant import DType, Norm, Shape, Variant
 
 
@@ -128,6 +129,17 @@ class VerifyReport(BaseModel):
 # Cases
 # ---------------------------------------------------------------------------------------------
 
+#: the default cases a benchmark or the tuner verifies a kernel on before timing it (`generate` and the GPU tests run
+#: them all): ragged tails, rows that see no key, scores in the hundreds, and a persistent grid's walk over more work
+#: tiles than CTAs (the benchmarks' shapes all walk several)
+QUICK_CASES = ("tails", "n_gt_m", "large_magnitude", "persistent_walk")
+
+
+def quick_cases(manifest: KernelManifest) -> list[CheckCase]:
+    """The kernel's default cases named in QUICK_CASES (persistent_walk only where its grid is persistent)."""
+    return [case for case in default_cases(manifest) if case.name in QUICK_CASES]
+
+
 def default_cases(manifest: KernelManifest) -> list[CheckCase]:
     """Tails, N != M both ways, B and H > 1, GQA, both layouts, large magnitude, a persistent grid's walk and the
     variant's edges."""
@@ -155,10 +167,12 @@ def default_cases(manifest: KernelManifest) -> list[CheckCase]:
         if any(launch.persistent() for launch in manifest.launches):
             # a persistent grid's CTAs walk several work tiles only where there are more tiles than CTAs (and what
             # one tile leaves to the next: the loads in flight, the shared memory's notes and barriers' phases, a
-            # next tile's GEMMs begun under this one's epilogue): 210 to 490 tiles of 192 to 64 rows, more than an
-            # H200 runs at once (132 CTAs, 264 of 64 rows), ragged; causal rows 0..299 see no key (tiles without
-            # keys amid the walk)
-            cases.append(CheckCase(name="persistent_walk", shape=shape(2, 400, 100, h=g * -(-35 // g))))
+            # next tile's GEMMs begun under this one's epilogue). 2 H ceil(400 / rows) tiles, H a quarter of the
+            # most SMs a known target has: 6 H of 192 rows (one CTA an SM) and 14 H of 64 (two) outnumber the CTAs
+            # (132 SMs: H = 33, 198 and 462 tiles; H rounded up to the KV group); ragged; causal rows 0..299 see no key
+            # (tiles without keys amid the walk)
+            heads = max(target.sm_count for target in TARGETS.values()) // 4
+            cases.append(CheckCase(name="persistent_walk", shape=shape(2, 400, 100, h=g * -(-heads // g))))
         if v.window is not None:
             w = v.window
             cases.append(CheckCase(name="window_edges", shape=shape(1, min(2 * w + 37, 1500), min(2 * w + 61, 1500)),
