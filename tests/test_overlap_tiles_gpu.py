@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 pytestmark = pytest.mark.gpu
 
-LENGTHS = {"mask_mod": "k_idx < LEN[b]", "tensors": {"LEN": "int32[B]:0..M"}}
+from tests.test_overlap_tiles import ALTERNATE_BLOCKS, LENGTHS  # noqa: E402
+
 DOCUMENTS = {"mask_mod": "DOC[q_idx] == DOC[k_idx]", "tensors": {"DOC": "int32[M]:0..3:sorted"}}
-ALTERNATE_BLOCKS = {"mask_mod": "(q_idx // 128) % 2 == 1"}
 # key -> (dtype, variant, head dim, mods keywords or None, tiles (BLOCK_M, BLOCK_N) or None: the production table's)
 KERNELS = {
     ("plain", "bf16", 64): ("bf16", Variant(), 64, None, None),  # three consumer warpgroups

@@ -187,7 +187,8 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              "G0": dict(options=dict(l2_group_rounds=0)),
              # Session 20: OT = the overlap_tiles switch: a work tile's last P V and the next work tile's first S
              # issued back to back, the epilogue (O's normalization and TMA store) under both, where the S used to
-             # wait for it (short rows: N = 512 .. 2k, the document mask's 4 key tiles a row). D + Dv <= 256 only.
+             # wait for it (short rows: N = 512 .. 2k, the document mask's 4 key tiles a row). Not with 64-key tiles
+             # nor V wider than Q (kernel.schedule).
              "OT": dict(options=dict(overlap_tiles=True))}
 RUN = ("cur",)  # the schedules built by default
 

@@ -136,8 +136,8 @@ def schedule(plan: KernelPlan) -> dict:
                    # first S
                    tiles_from_producer=True,
                    # a work tile's last P V and the next work tile's first S issued back to back, this tile's
-                   # epilogue under both (short rows' fill and drain; only where D + Dv <= 256, below). Written on
-                   # a CPU, not yet run on a GPU: off (NOTES.md, session 20)
+                   # epilogue under both (short rows' fill and drain; not with 64-key tiles nor V wider than Q,
+                   # below). Written on a CPU, not yet run on a GPU: off (NOTES.md, session 20)
                    overlap_tiles=False,
                    pingpong=None,  # None: the rule below
                    grid_groups=True)  # GROUP_HEADS = 0 in groups of gridDim.x pairs, so K/V stay in L2: causal
