@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Session 21, device call 1, from the repo root with carry [".whl", ".dev/hopper"] under one deadline (BUDGET,
+# default 570 s): overlap_tiles_call.sh's two parts in one call (the machine goes back 30 s after each call, and a
+# fresh start costs about 100 s of the session's 30 minutes). The kernels are built first on the CPU with
+#   python benchmarks/kernel_dev/hopper_build.py .dev/hopper {cur,OT}_{plain,causal}_bf16_d64_192x128s2 \
+#     {cur,OT}_{plain,causal}_bf16_d128_128x128s2
+# 1. The GPU tests of every kernel session 20 changed (overlap_tiles' twelve kernels, relu on every path, sigmoid on
+#    sm90, the sm90 kernels under the new persistent_walk case, the sanitizer module).
+# 2. Production (cur) against the switch (OT) in alternating blocks, the clock sampled: N = 512 for plain and causal
+#    d128 and causal d64, N = 2k for plain d128 (predicted, NOTES.md: +3..8 % at 512, +1..4 % at 2k).
+# 3. The mods benchmark with the switch on, then off, as far as the deadline allows (predicted: document mask +3..6 %).
+set -u
+export FLASHGEN_GIT_COMMIT=${FLASHGEN_GIT_COMMIT:-unknown}
+. benchmarks/device_prelude.sh || exit 1
+scratch "$OUT" "${BUDGET:-570}"
+timeout -s INT -k 15 "$(cap 300 230)" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=10 \
+  -k "h200 or under_the_switch or relu or sigmoid or racecheck or synccheck" tests/test_overlap_tiles_gpu.py \
+  tests/test_kernel_gpu.py tests/test_turing_gpu.py tests/test_sanitizer_gpu.py > "$OUT/tests.log" 2>&1
+echo "[$SECONDS s] GPU tests: exit $?"; grep -E "passed|failed|error|FAILED|pre-compile|hazard" "$OUT/tests.log" | head -40
+for run in plain_bf16_d128_128x128s2:512 causal_bf16_d128_128x128s2:512 causal_bf16_d64_192x128s2:512 \
+           plain_bf16_d128_128x128s2:2048; do
+  spec=${run%:*} n=${run#*:}
+  timeout -k 10 "$(cap 40 110)" python3 benchmarks/kernel_dev/clock_watch.py .dev/hopper/cur_$spec \
+    .dev/hopper/OT_$spec --n "$n" --blocks 3 --seconds 0.6 --out "$OUT/ab-$spec-$n.json" > "$OUT/ab.log" 2>&1
+  echo "[$SECONDS s] A/B $spec N=$n: exit $?"; tail -8 "$OUT/ab.log"
+done
+for sw in on off; do
+  timeout -k 10 "$(cap 75 0)" python3 benchmarks/mods_bench.py --gpu h200 --min-time 0.1 --switch "overlap_tiles=$sw" \
+    --out "$OUT/mods-$sw.json" > "$OUT/mods-$sw.log" 2>&1
+  echo "[$SECONDS s] mods bench, overlap_tiles=$sw: exit $?"; grep -v -i warn "$OUT/mods-$sw.log" | tail -4
+done
