@@ -12,20 +12,22 @@
 set -u
 export FLASHGEN_GIT_COMMIT=${FLASHGEN_GIT_COMMIT:-unknown}
 . benchmarks/device_prelude.sh || exit 1
-scratch "$OUT" "${BUDGET:-570}"
+# $OUT brings back at most 8 files: everything is gathered in $W and packed into $OUT/call1.tgz at the end.
+scratch /tmp/s21 "${BUDGET:-570}"
+trap 'tar -czf "$W/call1.tgz" -C "$W" .' EXIT
 timeout -s INT -k 15 "$(cap 300 230)" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=10 \
   -k "h200 or under_the_switch or relu or sigmoid or racecheck or synccheck" tests/test_overlap_tiles_gpu.py \
-  tests/test_kernel_gpu.py tests/test_turing_gpu.py tests/test_sanitizer_gpu.py > "$OUT/tests.log" 2>&1
-echo "[$SECONDS s] GPU tests: exit $?"; grep -E "passed|failed|error|FAILED|pre-compile|hazard" "$OUT/tests.log" | head -40
+  tests/test_kernel_gpu.py tests/test_turing_gpu.py tests/test_sanitizer_gpu.py > "$W/tests.log" 2>&1
+echo "[$SECONDS s] GPU tests: exit $?"; grep -E "passed|failed|error|FAILED|pre-compile|hazard" "$W/tests.log" | head -40
 for run in plain_bf16_d128_128x128s2:512 causal_bf16_d128_128x128s2:512 causal_bf16_d64_192x128s2:512 \
            plain_bf16_d128_128x128s2:2048; do
   spec=${run%:*} n=${run#*:}
   timeout -k 10 "$(cap 40 110)" python3 benchmarks/kernel_dev/clock_watch.py .dev/hopper/cur_$spec \
-    .dev/hopper/OT_$spec --n "$n" --blocks 3 --seconds 0.6 --out "$OUT/ab-$spec-$n.json" > "$OUT/ab.log" 2>&1
-  echo "[$SECONDS s] A/B $spec N=$n: exit $?"; tail -8 "$OUT/ab.log"
+    .dev/hopper/OT_$spec --n "$n" --blocks 3 --seconds 0.6 --out "$W/ab-$spec-$n.json" > "$W/ab.log" 2>&1
+  echo "[$SECONDS s] A/B $spec N=$n: exit $?"; tail -8 "$W/ab.log"
 done
 for sw in on off; do
   timeout -k 10 "$(cap 75 0)" python3 benchmarks/mods_bench.py --gpu h200 --min-time 0.1 --switch "overlap_tiles=$sw" \
-    --out "$OUT/mods-$sw.json" > "$OUT/mods-$sw.log" 2>&1
-  echo "[$SECONDS s] mods bench, overlap_tiles=$sw: exit $?"; grep -v -i warn "$OUT/mods-$sw.log" | tail -4
+    --out "$W/mods-$sw.json" > "$W/mods-$sw.log" 2>&1
+  echo "[$SECONDS s] mods bench, overlap_tiles=$sw: exit $?"; grep -v -i warn "$W/mods-$sw.log" | tail -4
 done
