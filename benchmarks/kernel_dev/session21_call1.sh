@@ -14,7 +14,7 @@ export FLASHGEN_GIT_COMMIT=${FLASHGEN_GIT_COMMIT:-unknown}
 . benchmarks/device_prelude.sh || exit 1
 # $OUT brings back at most 8 files: everything is gathered in $W and packed into $OUT/call1.tgz at the end.
 scratch /tmp/s21 "${BUDGET:-570}"
-trap 'tar -czf "$W/call1.tgz" -C "$W" .' EXIT
+trap 'tar -czf "$OUT/call1.tgz" -C "$W" .' EXIT
 timeout -s INT -k 15 "$(cap 300 230)" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=10 \
   -k "h200 or under_the_switch or relu or sigmoid or racecheck or synccheck" tests/test_overlap_tiles_gpu.py \
   tests/test_kernel_gpu.py tests/test_turing_gpu.py tests/test_sanitizer_gpu.py > "$W/tests.log" 2>&1
