@@ -2,7 +2,7 @@
 kernel's speed), on the GPU present, for the sm90 path (the h200 target) and the sm80 path (a100), both compiled for
 that GPU:
 
-    python benchmarks/mods_bench.py [--gpu h200 a100] [--min-time 0.2] [--switch NAME=on|off ...] --out FILE.json
+    python benchmarks/mods_bench.py [--gpu h200 a100] [--min-time 0.2] [--switch NAME=on|off|INT ...] --out FILE.json
 
 Each kernel of flashgen.harness.suite.MOD_SUITE (a document mask of 512 keys, a per-batch length mask
 `k_idx < LEN[b]`, the score function `s + 0.25 * cos(k_idx)`; bf16 d128, B=4, H=16, N=M=4k), verified first (the
@@ -28,8 +28,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", nargs="+", default=["h200", "a100"], help="targets whose code paths to time")
     parser.add_argument("--min-time", type=float, default=0.2)
-    parser.add_argument("--switch", action="append", default=[], metavar="NAME=on|off",
-                        help="an sm90 schedule switch to render with (development A/B)")
+    parser.add_argument("--switch", action="append", default=[], metavar="NAME=on|off|INT",
+                        help="an sm90 schedule switch to render with (development A/B), or a count (q_stages=2)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     from flashgen.harness.device import environment_info
@@ -39,9 +39,9 @@ def main() -> int:
     switches = {}
     for text in args.switch:
         name, _, value = text.partition("=")
-        if value not in ("on", "off"):
-            parser.error(f"--switch {text}: give NAME=on or NAME=off")
-        switches[name] = value == "on"
+        if value not in ("on", "off") and not value.isdigit():
+            parser.error(f"--switch {text}: give NAME=on, NAME=off or NAME=<count>")
+        switches[name] = int(value) if value.isdigit() else value == "on"
     with ExitStack() as stack:
         try:
             stack.enter_context(schedule_overrides(**switches))
