@@ -1,11 +1,10 @@
 """The GPU half of tests/test_overlap_tiles.py: kernels built under the sm90 overlap_tiles switch (a work tile's last
-P V and the next work tile's first S back to back, the epilogue under both; off by default until measured) through
+P V and the next work tile's first S back to back, the epilogue under both; off by default: slower) through
 the harness's whole verification, and racecheck / synccheck. The switch acts only between the work tiles of one
 CTA, so every case that matters walks more tiles than the GPU runs CTAs: the default cases' persistent_walk (one
 key tile a row; causal rows without keys amid the walk) and walk_long_rows here (four key tiles a row); a mask
 that empties every other 128-row block puts tiles without keys amid the walk of a kernel whose producer hands the
-tiles to the consumers (the drain's S of the dummy tile, then the notes of a tile without Q). Some kernels also run
-with two Q buffers (q_stages = 2: the producer loads the next tile's Q, and its note, while this one runs)."""
+tiles to the consumers (the drain's S of the dummy tile, then the notes of a tile without Q)."""
 
 from __future__ import annotations
 
@@ -38,23 +37,17 @@ KERNELS = {
     ("documents_causal", "bf16", 128): ("bf16", Variant(causal=True), 128, DOCUMENTS, None),
     ("alternate_blocks", "bf16", 128): ("bf16", Variant(), 128, ALTERNATE_BLOCKS, None),
 }
-# the same kernels with two Q buffers (q_stages = 2), where they fit beside O staged whole
-KERNELS.update({("q2", *key): (*KERNELS[key], 2) for key in [
-    ("plain", "bf16", 64), ("causal", "bf16", 128), ("causal_lse", "fp16", 128), ("gqa4", "bf16", 128),
-    ("lengths", "bf16", 128), ("documents_causal", "bf16", 128), ("alternate_blocks", "bf16", 128)]})
-SANITIZED = [("causal", "bf16", 64), ("alibi", "bf16", 128), ("alternate_blocks", "bf16", 128),
-             ("q2", "alternate_blocks", "bf16", 128)]
+SANITIZED = [("causal", "bf16", 64), ("alibi", "bf16", 128), ("alternate_blocks", "bf16", 128)]
 
 
-def build(dtype: str, variant: Variant, head_dim: int, mods: dict | None, tiles: tuple[int, int] | None,
-          q_stages: int = 1):
-    """(source, manifest) built for the H200 target under the switch (and q_stages), checked to have taken effect."""
+def build(dtype: str, variant: Variant, head_dim: int, mods: dict | None, tiles: tuple[int, int] | None):
+    """(source, manifest) built for the H200 target under the switch, checked to have taken effect."""
     from flashgen.harness.suite import build_expert_kernel, build_mask_kernel
     from flashgen.translators.backends.sm90 import kernel
     from flashgen.translators.render import render
     from flashgen.translators.rules import plan_for_variant
 
-    with kernel.schedule_overrides(overlap_tiles=True, q_stages=q_stages):
+    with kernel.schedule_overrides(overlap_tiles=True):
         if mods is not None:
             source, manifest = build_mask_kernel("h200", dtype, variant, head_dim, mods)
         elif tiles is not None:
@@ -65,7 +58,6 @@ def build(dtype: str, variant: Variant, head_dim: int, mods: dict | None, tiles:
         else:
             source, manifest, _ = build_expert_kernel("h200", dtype, variant, head_dim)
     assert "dummy_tile" in source, "overlap_tiles did not take effect"
-    assert ("Q_STAGES" in source) == (q_stages > 1), "q_stages did not take effect"
     return source, manifest
 
 

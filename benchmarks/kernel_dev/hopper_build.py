@@ -189,10 +189,9 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # issued back to back, the epilogue (O's normalization and TMA store) under both, where the S used to
              # wait for it (short rows: N = 512 .. 2k, the document mask's 4 key tiles a row). Not with 64-key tiles
              # nor V wider than Q (kernel.schedule).
-             "OT": dict(options=dict(overlap_tiles=True)),
-             # Session 21: OT2 = OT with two Q buffers (q_stages = 2): the producer loads the next work tile's Q
-             # while this one's key tiles run, so that the drain's wait for it (OT's risk) costs nothing
-             "OT2": dict(options=dict(overlap_tiles=True, q_stages=2))}
+             # Session 21 measured OT 6-8 % slower than cur at N = 512 and 2k (NOTES.md); OT2, OT with two Q
+             # buffers (the q_stages switch of commit 1f51e7b, removed since), level with OT.
+             "OT": dict(options=dict(overlap_tiles=True))}
 RUN = ("cur",)  # the schedules built by default
 
 
@@ -276,7 +275,7 @@ def configs():
             yield entry(sched, d, causal, tiles)
     for (d, causal), sweep in SWEEP.items():
         for tiles in sweep:
-            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP", "EW", "PP", "SW", "SWP", "RN", "G0", "OT", "OT2"):
+            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP", "EW", "PP", "SW", "SWP", "RN", "G0", "OT"):
                 yield entry(sched, d, causal, tiles)
 
 

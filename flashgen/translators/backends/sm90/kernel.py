@@ -65,29 +65,28 @@ def chunks(head_dim: int) -> int:
     return -(-head_dim // 64)
 
 
-def smem_bytes(plan: KernelPlan, options: dict | None = None) -> int:
-    """Q_STAGES x Q, STAGES x (K, V), O's staging tile when O leaves through TMA (`o_stage_chunks` of its 64-column
-    chunks at a time, 0: stored from registers), the dummy operand tile of overlap_tiles (1024 bytes), the barriers
-    (per Q buffer full and empty; per stage K and V full and empty), the producer's notes, and slack to align the
-    tiles to 1024 bytes. `options`: schedule()'s switches (None: as the plan renders). Q's and K's rows are
-    chunks(D) wide, V's and O's chunks(Dv)."""
-    options = schedule(plan) if options is None else options
-    q_stages = options["q_stages"]
+def smem_bytes(plan: KernelPlan, o_stage_chunks: int | None = None, overlap_tiles: bool | None = None) -> int:
+    """Q, STAGES x (K, V), O's staging tile when O leaves through TMA (`o_stage_chunks` of its 64-column chunks at
+    a time, 0: stored from registers), the dummy operand tile of overlap_tiles (1024 bytes), the barriers (Q full
+    and empty; per stage K and V full and empty), and slack to align the tiles to 1024 bytes (None: as the plan
+    renders). Q's and K's rows are chunks(D) wide, V's and O's chunks(Dv)."""
+    if o_stage_chunks is None or overlap_tiles is None:
+        options = schedule(plan)
+        o_stage_chunks = options["o_stage_chunks"] if o_stage_chunks is None else o_stage_chunks
+        overlap_tiles = options["overlap_tiles"] if overlap_tiles is None else overlap_tiles
     chunk = 64 * plan.dtype.itemsize  # bytes of one row's 64-column chunk
-    qk_rows, v_rows = q_stages * plan.block_m + plan.stages * plan.block_n, plan.stages * plan.block_n
-    return ((qk_rows * chunks(plan.head_dim) + v_rows * chunks(plan.dv)) * chunk
-            + plan.block_m * options["o_stage_chunks"] * chunk + 8 * (2 * q_stages + 4 * plan.stages)
-            + tile_notes_bytes(plan, q_stages) + 1024 * options["overlap_tiles"] + 1024)
+    qk_rows, v_rows = plan.block_m + plan.stages * plan.block_n, plan.stages * plan.block_n
+    return ((qk_rows * chunks(plan.head_dim) + v_rows * chunks(plan.dv)) * chunk + plan.block_m * o_stage_chunks * chunk
+            + 8 * (2 + 4 * plan.stages) + tile_notes_bytes(plan) + 1024 * overlap_tiles + 1024)
 
 
-def tile_notes_bytes(plan: KernelPlan, q_stages: int = 1) -> int:
+def tile_notes_bytes(plan: KernelPlan) -> int:
     """Shared memory of the producer's notes to the consumers where the kernel tests its key tiles (the
-    tiles_from_producer switch): per Q buffer the work tile (WorkTile: six ints and the tile test's per-block
-    constants, 8 bytes each at most) and one int a stage (the key tile it holds, and whether it is the work tile's
-    last)."""
+    tiles_from_producer switch): the work tile (WorkTile: six ints and the tile test's per-block constants, 8 bytes
+    each at most) and one int a stage (the key tile it holds, and whether it is the work tile's last)."""
     if not plan.skips_tiles:
         return 0
-    return 8 * (6 + len(plan.skip_prologue)) * q_stages + 4 * plan.stages
+    return 8 * (6 + len(plan.skip_prologue)) + 4 * plan.stages
 
 
 def key_limits(plan: KernelPlan) -> dict[str, str]:
@@ -138,12 +137,10 @@ def schedule(plan: KernelPlan) -> dict:
                    tiles_from_producer=True,
                    # a work tile's last P V and the next work tile's first S issued back to back, this tile's
                    # epilogue under both (short rows' fill and drain; not with 64-key tiles nor V wider than Q,
-                   # below). Written on a CPU, not yet run on a GPU: off (NOTES.md, session 20)
+                   # below). Off: correct on the GPU, but 6-8 % slower at N = 512 and 2k on an H100 (session 21: with
+                   # an S in flight over the epilogue, ptxas no longer keeps Q's descriptors in registers and rebuilds
+                   # them in every key tile's S, 44 more instructions a key tile; a second Q buffer changed nothing)
                    overlap_tiles=False,
-                   # Q tiles in flight: with 2 the producer loads the next work tile's Q while this one's key tiles
-                   # run (where it fits beside O staged whole), for overlap_tiles' drain, which waits for that Q.
-                   # Without the overlap a second Q measured no faster (NOTES.md, session 4). Not yet run on a GPU.
-                   q_stages=1,
                    pingpong=None,  # None: the rule below
                    grid_groups=True)  # GROUP_HEADS = 0 in groups of gridDim.x pairs, so K/V stay in L2: causal
     # bf16 N = 512 d128 +13 %, d256 +8 %, d64 +2 %, d128 1k +7 %, window 256 +7-8 % (NOTES.md, session 8)
@@ -153,23 +150,21 @@ def schedule(plan: KernelPlan) -> dict:
     # not beside two shared key terms (64 registers of them): ptxas then spills 88 bytes, not 48 (causal bf16 d128
     # with a length mask, session 18); every other causal, window and ALiBi / softcap / GQA kernel keeps its count
     options["row_key_limits"] = options["row_key_limits"] and plan.key_range is not None and shared_terms < 2
-    options["tiles_from_producer"] = options["tiles_from_producer"] and plan.skips_tiles
-    # not with 64-key tiles, nor where V's head dim is wider than Q's: there the next tile's barrier waits between
-    # the last P V and the next S make ptxas serialize every wgmma (C7520, "compiler-inserted WG.AR in divergent
-    # path"; nvcc 13.0, session 20: d64, d128, d256 at BLOCK_N = 64, and d64 / dv128; every production tile of head
-    # dims 32 .. 128, both dtypes, and the d64 / d128 variants compile asynchronous: tests/test_overlap_tiles.py)
-    options["overlap_tiles"] = options["overlap_tiles"] and plan.block_n > 64 and plan.dv <= plan.head_dim
-    if options["q_stages"] > 1 and smem_bytes(plan, options) > cta_smem_limit(plan):
-        options["q_stages"] = 1  # O staged whole comes first (session 6: +18 % at causal d128 N = 512)
     fits = [c for c in range(options["o_stage_chunks"], 0, -1)
             if (c == chunks(plan.dv) or options["o_chunked"])
-            and smem_bytes(plan, {**options, "o_stage_chunks": c}) <= cta_smem_limit(plan)]
+            and smem_bytes(plan, c, options["overlap_tiles"]) <= cta_smem_limit(plan)]
     if not options["o_via_tma"] or not fits:
         options.update(o_via_tma=False, o_stage_chunks=0)
     else:
         options["o_stage_chunks"] = fits[0]
     del options["o_chunked"]
     options["grid_groups"] = options["grid_groups"] and plan.group_heads == 0
+    options["tiles_from_producer"] = options["tiles_from_producer"] and plan.skips_tiles
+    # not with 64-key tiles, nor where V's head dim is wider than Q's: there the next tile's barrier waits between
+    # the last P V and the next S make ptxas serialize every wgmma (C7520, "compiler-inserted WG.AR in divergent
+    # path"; nvcc 13.0, session 20: d64, d128, d256 at BLOCK_N = 64, and d64 / dv128; every production tile of head
+    # dims 32 .. 128, both dtypes, and the d64 / d128 variants compile asynchronous: tests/test_overlap_tiles.py)
+    options["overlap_tiles"] = options["overlap_tiles"] and plan.block_n > 64 and plan.dv <= plan.head_dim
     options["causal_pairs"] = (options["causal_pairs"] and plan.variant.causal and not plan.variant.window
                                and plan.group_heads == 0)
     if options["pingpong"] is None:
@@ -198,11 +193,11 @@ _SCHEDULE_OVERRIDES: dict = {}
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
     share_key_terms, row_key_limits, grid_groups, snake_rounds, l2_groups, l2_group_rounds, causal_pairs,
-    tiles_from_producer, overlap_tiles, q_stages, pingpong) in place of the defaults, as development builds and the
-    tests of an unmeasured switch do."""
+    tiles_from_producer, overlap_tiles, pingpong) in place of the
+    defaults, as development builds and the tests of an unmeasured switch do."""
     unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "row_key_limits",
                               "grid_groups", "snake_rounds", "l2_groups", "l2_group_rounds", "causal_pairs",
-                              "tiles_from_producer", "overlap_tiles", "q_stages", "pingpong"}
+                              "tiles_from_producer", "overlap_tiles", "pingpong"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)
@@ -285,7 +280,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         name=plan.name, arch=plan.target.feature_arch or "sm_90a", dtype=plan.dtype, head_dim=plan.head_dim, variant=plan.variant,
         head_dim_v=plan.head_dim_v,
         launches=[Launch(kernel=plan.name, grid=(grid_x(plan), "1", "1"), threads=threads(plan),
-                         smem_bytes=smem_bytes(plan, options))],
+                         smem_bytes=smem_bytes(plan, options["o_stage_chunks"], options["overlap_tiles"]))],
         # every tile parameter of the plan, as the other paths record them: Q_IN_REGS is the tile table's 1, which
         # this path ignores (wgmma reads Q from shared memory), recorded so that the record matches the table's
         # choice and meta.json can say where the parameters came from
