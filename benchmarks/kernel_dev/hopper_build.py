@@ -197,8 +197,58 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # plus the step's offset (one add), in place of desc() of the step's address (mask, shift, or: four
              # ops a step, or a rebuilt descriptor where ptxas cannot keep them: OT's loss); OTDA = OT with DA.
              "DA": dict(transform=lambda source: descriptors_added(source)),  # defined below
-             "OTDA": dict(options=dict(overlap_tiles=True), transform=lambda source: descriptors_added(source))}
+             "OTDA": dict(options=dict(overlap_tiles=True), transform=lambda source: descriptors_added(source)),
+             # Session 21 (built on a CPU, not yet timed): EX = the second of each column pair's exp2 on the FMA and
+             # integer pipes (fg::exp2_poly) instead of the SFU: softcap's scores take two SFU ops each (tanh, exp2),
+             # 2048 SFU cycles a key-tile pair at d128 against 2048 of tensor time; a quarter of them moved
+             "EX": dict(transform=lambda source: exp2_half_on_fma(source)),  # defined below
+             # SC = softcap's constants folded (softcap30 only): tanh(s * (scale / 30)) stored, and 30 * log2(e) as
+             # the softmax's multiplier, where each score took four multiplies (by scale, 1/30, 30 and log2 e) and
+             # exp2's FFMA by 1: three fewer FP32 ops a score; SCEX = SC and EX
+             "SC": dict(transform=lambda source: softcap_folded(source)),
+             "SCEX": dict(transform=lambda source: exp2_half_on_fma(softcap_folded(source)))}
 RUN = ("cur",)  # the schedules built by default
+
+
+def softcap_folded(source: str) -> str:
+    """SC: softcap 30's score as tanh(acc * (scale / 30)), the 30 and log2 e folded into the softmax's multiplier
+    (mult: the row max, the exp2 arguments and the LSE all read it), for a kernel rendered from Variant(softcap=30)."""
+    subs = {
+        "          float s = acc_s[i] * p.scale;\n"
+        "          s = 30.0f * fg::tanh_fast(s * 0.03333333333333333f);  // softcap\n"
+        "          s *= 1.4426950408889634f;\n":
+        "          float s = fg::tanh_fast(acc_s[i] * scale_softcap);  // SC: 30 * log2(e) is in mult\n",
+        "  const float mult = RAW_SCORES ? scale_log2 : 1.0f;  // turns a stored score into log2 units\n":
+        "  const float mult = 30.0f * 1.4426950408889634f;  // SC: a stored score is tanh(s / 30)\n"
+        "  const float scale_softcap = p.scale * 0.03333333333333333f;\n",
+    }
+    for old, new in subs.items():
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    return source
+
+
+def exp2_half_on_fma(source: str) -> str:
+    """EX: fg::exp2_poly beside fg::exp2_approx (2^x as a degree-3 polynomial of x's fraction in [-0.5, 0.5], its
+    integer part added to the exponent bits: relative error 7.5e-5, fitted on the CPU; x below -126 gives 0, as
+    ex2.approx gives for -inf; a NaN gives 0 where ex2 gives NaN), and the softmax's p1 (each thread's second column
+    of a pair) on it: half the softmax's exp2, the FMA pipe's FADD / FFMA and an integer shift and add instead."""
+    anchor = '  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));\n  return y;\n}\n'
+    assert source.count(anchor) == 1
+    helper = """__device__ __forceinline__ float exp2_poly(float x) {
+  const float xc = fmaxf(x, -127.0f);
+  const float shifted = xc + 12582912.0f;  // 1.5 * 2^23: x rounded to an integer, in the low mantissa bits
+  const float f = xc - (shifted - 12582912.0f);
+  const float p = fmaf(fmaf(fmaf(0.05517052486538887f, f, 0.24260830879211426f), f, 0.693260908126831f), f,
+                       0.9999282360076904f);
+  const float r = __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
+  return x < -126.0f ? 0.0f : r;
+}
+"""
+    source = source.replace(anchor, anchor + helper)
+    call = "const float p1 = fg::exp2_approx("
+    assert source.count(call) == 1
+    return source.replace(call, "const float p1 = fg::exp2_poly(")
 
 
 def descriptors_added(source: str) -> str:

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Prepared in session 21 (whose device time ran out before it could run) for session 22's first device call, from
+# the repo root with carry [".whl", ".dev/hopper"] under one deadline (BUDGET, default 420 s). Build first on the CPU:
+#   python benchmarks/kernel_dev/hopper_build.py .dev/hopper {cur,DA,OTDA}_{plain,causal}_bf16_d128_128x128s2 \
+#     {cur,SC,SCEX,EX}_softcap30_bf16_d128
+# The SASS counts behind the predictions (benchmarks/kernel_dev/sass_loops.py, key-tile loop instructions):
+#   DA   each k-step's wgmma descriptor as the first one's plus an add: plain d128 740 -> 698, causal 757 -> 715.
+#        Predicted 0..3 % (the loop is not issue-bound by the count: ~1480 issue cycles a key-tile pair against
+#        ~2050 of tensor time).
+#   OTDA overlap_tiles with DA: 784 -> 721 (below production's 740). Predicted level with cur to +5 % at N = 512.
+#   SC   softcap's constants folded (tanh(s * scale / 30) stored, 30 log2 e in the softmax's multiplier): 1373 ->
+#        997. Predicted +10..25 % for softcap 30 (0.74x of plain in s21's variants suite; issue-, SFU- and
+#        tensor-bound together).
+#   EX   half the softmax's exp2 on the FMA pipe (degree-3 polynomial): SFU ops a score 2 -> 1.5 for softcap, +289
+#        instructions a key tile. Predicted level or worse alone (issue); SCEX = SC + EX (1286): SC's gain +0..5 %.
+# 1. `flashgen bench` on the dev kernels: each verified (the quick cases, persistent_walk among them) against the
+#    fp64 reference of its manifest's variant, then timed in rounds beside SDPA's backends (softcap: none).
+# 2. Alternating blocks (clock_watch) cur / DA / OTDA, plain d128 at N = 512 and 2k.
+set -u
+export FLASHGEN_GIT_COMMIT=${FLASHGEN_GIT_COMMIT:-unknown}
+. benchmarks/device_prelude.sh || exit 1
+scratch /tmp/s22 "${BUDGET:-420}"
+trap 'tar -czf "$OUT/call1.tgz" -C "$W" .' EXIT
+timeout -k 10 "$(cap 120 200)" python3 -m flashgen.cli bench .dev/hopper/{cur,SC,SCEX,EX}_softcap30_bf16_d128 \
+  --shapes "B=4,H=16,N=4096,M=4096,D=128;B=32,H=16,N=512,M=512,D=128" --no-flex --min-time 0.1 --rounds 2 \
+  --out "$W/softcap.json" > "$W/softcap.log" 2>&1
+echo "[$SECONDS s] softcap bench: exit $?"; grep -v -i "warn\|scaled_dot" "$W/softcap.log" | tail -14
+timeout -k 10 "$(cap 140 60)" python3 -m flashgen.cli bench .dev/hopper/{cur,DA,OTDA}_plain_bf16_d128_128x128s2 \
+  .dev/hopper/{cur,DA,OTDA}_causal_bf16_d128_128x128s2 --shapes "B=32,H=16,N=512,M=512,D=128;B=4,H=16,N=4096,M=4096,D=128" \
+  --no-flex --min-time 0.05 --rounds 2 --out "$W/da.json" > "$W/da.log" 2>&1
+echo "[$SECONDS s] DA bench: exit $?"; grep -v -i "warn\|scaled_dot" "$W/da.log" | tail -16
+for n in 512 2048; do
+  timeout -k 10 "$(cap 30 0)" python3 benchmarks/kernel_dev/clock_watch.py .dev/hopper/{cur,DA,OTDA}_plain_bf16_d128_128x128s2 \
+    --n "$n" --blocks 2 --seconds 0.5 --out "$W/ab-$n.json" > "$W/ab-$n.log" 2>&1
+  echo "[$SECONDS s] A/B N=$n: exit $?"; grep ours "$W/ab-$n.log"
+done
