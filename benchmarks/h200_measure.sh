@@ -11,21 +11,35 @@
 #    then on 16 spawned processes, as the library job's build pool runs them, and on 16 threads of one process)
 #                                                                                  -> scaling.json, scaling.log
 # Each step runs under a timeout cut from one deadline (MEASURE_BUDGET_S, default 580 s), a failing step does not
-# stop the next, and everything lands in $OUT/measure.tgz (the device returns at most 8 files).
+# stop the next, and everything lands in $OUT/measure.tgz (the device returns at most 8 files). STEPS (default
+# "hopper variants headdims mods scaling") picks the steps, e.g. STEPS="hopper variants mods" MODS_GPUS=h200 for the
+# Hopper path's figures alone (session 21's call 2).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . benchmarks/device_prelude.sh || exit 1
 scratch /tmp/measure 580
 FG="python3 -m flashgen.cli"
-timeout -k 10 "$(cap 240 260)" $FG bench --suite hopper --gpu h200 --min-time 0.1 --out "$W/hopper.json" > "$W/hopper.log" 2>&1
-echo "[$SECONDS s] hopper grid: exit $?"; tail -5 "$W/hopper.log"
-timeout -k 10 "$(cap 90 170)" $FG bench --suite variants --gpu h200 --min-time 0.1 --out "$W/variants.json" > "$W/variants.log" 2>&1
-echo "[$SECONDS s] variants: exit $?"; tail -12 "$W/variants.log"
-timeout -k 10 "$(cap 90 120)" $FG bench --suite headdims --gpu h200 --min-time 0.1 --out "$W/headdims.json" > "$W/headdims.log" 2>&1
-echo "[$SECONDS s] head dims: exit $?"; tail -16 "$W/headdims.log"
-timeout -k 10 "$(cap 60 130)" python3 benchmarks/mods_bench.py --out "$W/mods.json" > "$W/mods.log" 2>&1
-echo "[$SECONDS s] mods: exit $?"; grep -v -i warn "$W/mods.log" | tail -6
-timeout -k 10 "$(cap 200 10)" python3 benchmarks/library_scaling.py --skip-library --nvcc --nvcc-workers process,thread \
-  --out "$W/scaling.json" > "$W/scaling.log" 2>&1
-echo "[$SECONDS s] nvcc scaling: exit $?"; grep "^nvcc" "$W/scaling.log"
+STEPS=" ${STEPS:-hopper variants headdims mods scaling} "
+want() { [[ "$STEPS" == *" $1 "* ]]; }
+if want hopper; then
+  timeout -k 10 "$(cap 240 260)" $FG bench --suite hopper --gpu h200 --min-time 0.1 --out "$W/hopper.json" > "$W/hopper.log" 2>&1
+  echo "[$SECONDS s] hopper grid: exit $?"; tail -5 "$W/hopper.log"
+fi
+if want variants; then
+  timeout -k 10 "$(cap 90 170)" $FG bench --suite variants --gpu h200 --min-time 0.1 --out "$W/variants.json" > "$W/variants.log" 2>&1
+  echo "[$SECONDS s] variants: exit $?"; tail -12 "$W/variants.log"
+fi
+if want headdims; then
+  timeout -k 10 "$(cap 90 120)" $FG bench --suite headdims --gpu h200 --min-time 0.1 --out "$W/headdims.json" > "$W/headdims.log" 2>&1
+  echo "[$SECONDS s] head dims: exit $?"; tail -16 "$W/headdims.log"
+fi
+if want mods; then
+  timeout -k 10 "$(cap 60 130)" python3 benchmarks/mods_bench.py --gpu ${MODS_GPUS:-h200 a100} --out "$W/mods.json" > "$W/mods.log" 2>&1
+  echo "[$SECONDS s] mods: exit $?"; grep -v -i warn "$W/mods.log" | tail -6
+fi
+if want scaling; then
+  timeout -k 10 "$(cap 200 10)" python3 benchmarks/library_scaling.py --skip-library --nvcc --nvcc-workers process,thread \
+    --out "$W/scaling.json" > "$W/scaling.log" 2>&1
+  echo "[$SECONDS s] nvcc scaling: exit $?"; grep "^nvcc" "$W/scaling.log"
+fi
 tar czf "$OUT/measure.tgz" -C "$W" .

@@ -205,8 +205,9 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # SC = softcap's constants folded (softcap30 only): tanh(s * (scale / 30)) stored, and 30 * log2(e) as
              # the softmax's multiplier, where each score took four multiplies (by scale, 1/30, 30 and log2 e) and
              # exp2's FFMA by 1: three fewer FP32 ops a score; SCEX = SC and EX
-             "SC": dict(transform=lambda source: softcap_folded(source)),
-             "SCEX": dict(transform=lambda source: exp2_half_on_fma(softcap_folded(source)))}
+             "SC": dict(transform=lambda source: softcap_folded(source), only=lambda plan: plan.variant.softcap == 30),
+             "SCEX": dict(transform=lambda source: exp2_half_on_fma(softcap_folded(source)),
+                          only=lambda plan: plan.variant.softcap == 30)}
 RUN = ("cur",)  # the schedules built by default
 
 

@@ -3,7 +3,7 @@ ops and float ops, and (with --diff) the opcodes whose counts differ between two
 of one S and one P V (the key-tile loop). Session 21: overlap_tiles' key-tile loop held 44 more integer instructions
 than production's (Q's descriptors rebuilt in every S), which the A/B's 6-8 % had not explained on its own.
 
-    python benchmarks/kernel_dev/sass_loops.py DIR [DIR2]   (DIR: a hopper_build.py kernel folder with kernel.cubin)
+    python benchmarks/kernel_dev/sass_loops.py DIR [DIR2]
 
 Needs cuobjdump on PATH (the nvidia-cuda-cuobjdump wheel carries one)."""
 
@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+USAGE = "usage: python benchmarks/kernel_dev/sass_loops.py DIR [DIR2] (hopper_build.py kernel folders: kernel.cubin)"
 LINE = re.compile(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 FLOAT_OPS = ("FFMA", "FMUL", "FADD", "FMNMX")
 
@@ -50,7 +51,7 @@ def key_tile_loop(ins):
 def main() -> int:
     dirs = [Path(d) for d in sys.argv[1:]]
     if not 1 <= len(dirs) <= 2:
-        print(__doc__.splitlines()[-3].strip())
+        print(USAGE)
         return 2
     counts = []
     for d in dirs:

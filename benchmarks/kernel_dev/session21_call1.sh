@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 21, device call 1 (ran at commit 1f51e7b, whose q_stages switch the OT2 kernels and the mods run with
-# two Q buffers need; removed since, NOTES.md), from the repo root with carry [".whl", ".dev/hopper"] under one deadline (BUDGET,
-# default 570 s): overlap_tiles_call.sh's two parts in one call (the machine goes back 30 s after each call, and a
+# two Q buffers need; removed since, NOTES.md), from the repo root with carry [".whl", ".dev/hopper"] under one
+# deadline (BUDGET, default 570 s): the two parts of session 20's overlap_tiles_call.sh (removed: this superseded
+# it) in one call (the machine goes back 30 s after each call, and a
 # fresh start costs about 100 s of the session's 30 minutes). The kernels are built first on the CPU with
 #   python benchmarks/kernel_dev/hopper_build.py .dev/hopper {cur,OT,OT2}_{plain,causal}_bf16_d64_192x128s2 \
 #     {cur,OT,OT2}_{plain,causal}_bf16_d128_128x128s2
