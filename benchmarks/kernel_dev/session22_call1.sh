@@ -11,6 +11,11 @@
 #   SC   softcap's constants folded (tanh(s * scale / 30) stored, 30 log2 e in the softmax's multiplier): 1373 ->
 #        997. Predicted +10..25 % for softcap 30 (0.74x of plain in s21's variants suite; issue-, SFU- and
 #        tensor-bound together).
+#   (session 22, added) d64: plain and causal with EX and DA. A 192x128 key tile takes ~1536 cycles on the tensor
+#        cores, ~1584 on the SFU (3 warps a scheduler x 66 MUFU x 8) and ~1545 of issue (3 x ~515 instructions run:
+#        the loop's 675 less its masked and huge-max branches): all three bind. EX adds issue (964 in the loop) and
+#        session 7's E4 measured 1-10 % slower on plain d64: predicted level to -8 %. DA takes 30 uniform ops
+#        (675 -> 645): predicted +0..4 %.
 #   EX   half the softmax's exp2 on the FMA pipe (degree-3 polynomial): SFU ops a score 2 -> 1.5 for softcap, +289
 #        instructions a key tile. Predicted level or worse alone (issue); SCEX = SC + EX (1286): SC's gain +0..5 %.
 # 1. `flashgen bench` on the dev kernels: each verified (the quick cases, persistent_walk among them) against the
@@ -19,7 +24,7 @@
 set -u
 export FLASHGEN_GIT_COMMIT=${FLASHGEN_GIT_COMMIT:-unknown}
 . benchmarks/device_prelude.sh || exit 1
-scratch /tmp/s22 "${BUDGET:-420}"
+scratch /tmp/s22 "${BUDGET:-520}"
 trap 'tar -czf "$OUT/call1.tgz" -C "$W" .' EXIT
 timeout -k 10 "$(cap 120 200)" python3 -m flashgen.cli bench .dev/hopper/{cur,SC,SCEX,EX}_softcap30_bf16_d128 \
   --shapes "B=4,H=16,N=4096,M=4096,D=128;B=32,H=16,N=512,M=512,D=128" --no-flex --min-time 0.1 --rounds 2 \
@@ -29,6 +34,10 @@ timeout -k 10 "$(cap 140 60)" python3 -m flashgen.cli bench .dev/hopper/{cur,DA,
   .dev/hopper/{cur,DA,OTDA}_causal_bf16_d128_128x128s2 --shapes "B=32,H=16,N=512,M=512,D=128;B=4,H=16,N=4096,M=4096,D=128" \
   --no-flex --min-time 0.05 --rounds 2 --out "$W/da.json" > "$W/da.log" 2>&1
 echo "[$SECONDS s] DA bench: exit $?"; grep -v -i "warn\|scaled_dot" "$W/da.log" | tail -16
+timeout -k 10 "$(cap 100 60)" python3 -m flashgen.cli bench .dev/hopper/{cur,EX,DA}_plain_bf16_d64_192x128s2 \
+  .dev/hopper/{cur,EX}_causal_bf16_d64_192x128s2 --shapes "B=32,H=32,N=512,M=512,D=64;B=1,H=32,N=16384,M=16384,D=64" \
+  --no-flex --min-time 0.05 --rounds 2 --out "$W/d64.json" > "$W/d64.log" 2>&1
+echo "[$SECONDS s] d64 EX/DA bench: exit $?"; grep -v -i "warn\|scaled_dot" "$W/d64.log" | tail -16
 for n in 512 2048; do
   timeout -k 10 "$(cap 30 0)" python3 benchmarks/kernel_dev/clock_watch.py .dev/hopper/{cur,DA,OTDA}_plain_bf16_d128_128x128s2 \
     --n "$n" --blocks 2 --seconds 0.5 --out "$W/ab-$n.json" > "$W/ab-$n.log" 2>&1
