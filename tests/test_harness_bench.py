@@ -119,3 +119,58 @@ def test_bench_rejects_an_unknown_flex_mode():
 
     with pytest.raises(ValueError, match="flex must be one of"):
         bench_kernels([], [], flex="sometimes")
+
+
+def test_every_kernel_of_a_shape_is_timed_in_the_same_rounds(monkeypatch):
+    """bench_kernels on a fake device (no GPU): two kernels and a baseline at one shape are timed round by round
+    together, the order reversed every other round, so a clock that drifts during the run moves them alike; a
+    kernel built for another head dim is skipped at that shape, and a second shape gets rounds of its own."""
+    import contextlib
+    import types
+    from pathlib import Path
+
+    from flashgen.abi import KernelManifest
+    from flashgen.harness import bench, device
+
+    manifest = KernelManifest.model_validate_json(
+        (Path(__file__).resolve().parents[1] / "generated/h200/bf16/plain_d128/manifest.json").read_text())
+    first, second = (manifest.model_copy(update={"name": name}) for name in ("fg_first", "fg_second"))
+    other_dim = manifest.model_copy(update={"name": "fg_d64", "head_dim": 64})
+    fake_cp = types.SimpleNamespace(cuda=types.SimpleNamespace(Stream=lambda non_blocking: "stream"),
+                                    empty=lambda shape, dtype=None: ("empty", shape), float32="float32")
+    monkeypatch.setattr(device, "_cupy", lambda: fake_cp)
+    monkeypatch.setattr(device, "environment_info", lambda: {"gpu": "NVIDIA H200", "l2_bytes": 1 << 20})
+    monkeypatch.setattr(device, "ensure_compiled", lambda kernel, arch: (types.SimpleNamespace(
+        model_dump=lambda exclude: {"ok": True}), f"{kernel.manifest.name}.cubin"))
+    monkeypatch.setattr(device, "runnable_arch", lambda man: "sm_90a")
+    monkeypatch.setattr(device, "load_kernel", lambda cubin, man: man.name)
+    monkeypatch.setattr(device, "prepare_launch", lambda man, loaded, *a, step, **kw: lambda: f"{loaded} {step}")
+    monkeypatch.setattr(bench, "_random_device", lambda cp, shape, dtype, seed: types.SimpleNamespace(dtype=dtype))
+    monkeypatch.setattr(bench, "_call_time_inputs", lambda cp, man, shape, seed: (None, None))
+
+    @contextlib.contextmanager
+    def baseline_runs(variant, dtype, shape, *args):
+        entry = bench.BenchEntry(name="sdpa_cudnn", kind="baseline", dtype=dtype.value, variant=variant.name,
+                                 shape=shape, ok=False)
+        yield [(entry, lambda: f"sdpa_cudnn bench {bench.shape_text(shape)}")]
+
+    monkeypatch.setattr(bench, "_baseline_runs", baseline_runs)
+    calls: list[str] = []
+
+    def time_samples(fn, **kwargs):
+        calls.append(fn())
+        return [float(len(calls))], 0.1
+
+    monkeypatch.setattr(bench, "time_samples", time_samples)
+    shapes = [Shape(B=1, H=2, N=256, M=256, D=128), Shape(B=1, H=2, N=512, M=512, D=128)]
+    report = bench.bench_kernels([device.KernelInput(manifest=m, source="//") for m in (first, other_dim, second)],
+                                 shapes, rounds=2, flex="off")
+    small, large = (bench.shape_text(s) for s in shapes)
+    group = [f"fg_first bench {small}", f"sdpa_cudnn bench {small}", f"fg_second bench {small}"]
+    group_large = [g.replace(small, large) for g in group]
+    assert calls == group + group[::-1] + group_large + group_large[::-1]
+    timed = [(e.name, e.stats.reps) for e in report.entries if e.stats is not None]
+    assert timed == [("fg_first", 2), ("sdpa_cudnn", 2), ("fg_second", 2)] * 2
+    skipped = [e for e in report.entries if e.name == "fg_d64"]
+    assert len(skipped) == 2 and all(e.skipped == "kernel is built for D=64" and not e.ok for e in skipped)
+    assert all(e.tflops and e.tflops > 0 for e in report.entries if e.stats is not None)

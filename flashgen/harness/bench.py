@@ -375,8 +375,8 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
     and every baseline on the same (dtype, variant, shape) once, beside the first kernel timed there. Needs a GPU;
     runs in-process (the worker calls it). A shape whose D differs from a kernel's head_dim is skipped for that
     kernel. `flex` says how FlexAttention is compiled (FlexMode). `scale`: the softmax scale of ours and the
-    baselines (None: 1/sqrt(D)). `rounds`: a kernel and its baselines are timed in that many rounds, min_time_s
-    shared among them, ours first then last (time_in_rounds; BENCH_ROUNDS says why)."""
+    baselines (None: 1/sqrt(D)). `rounds`: every kernel of a shape and the baselines beside them are timed in that
+    many rounds, min_time_s shared among them, the kernels first then last (time_in_rounds; BENCH_ROUNDS says why)."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     if flex not in FLEX_MODES:
@@ -400,71 +400,82 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
     stream = cp.cuda.Stream(non_blocking=True)
     l2 = int(env.get("l2_bytes") or 64 << 20)
     baseline_done: set[tuple[str, str, str]] = set()
+    loaded_kernels = []
     for kernel in inputs:
         man = kernel.manifest
         try:
             info, cubin = ensure_compiled(kernel, runnable_arch(man))
             report.compile[man.name] = info.model_dump(exclude={"log"})
-            loaded = load_kernel(cubin, man)
+            loaded_kernels.append((man, load_kernel(cubin, man)))
         except Exception as exc:
             report.compile[man.name] = {"ok": False, "error": str(exc)}
             for shape in shapes:
                 report.entries.append(BenchEntry(name=man.name, kind="kernel", dtype=man.dtype.value,
                                                  variant=man.variant.name, shape=shape, ok=False, error=str(exc)))
-            continue
-        for shape in shapes:
-            if shape.D == man.head_dim and shape.DV is None and man.head_dim_v is not None:
-                shape = shape.model_copy(update={"DV": man.head_dim_v})  # a shape of D alone: the kernel's own Dv
-            if shape.D != man.head_dim or shape.dv != man.dv:
-                built = f"D={man.head_dim}" + (f", DV={man.head_dim_v}" if man.head_dim_v is not None else "")
-                report.entries.append(BenchEntry(name=man.name, kind="kernel", dtype=man.dtype.value,
-                                                 variant=man.variant.name, shape=shape, ok=False,
-                                                 skipped=f"kernel is built for {built}"))
-                continue
-            if man.variant.kv_group > 1 and shape.KVH is None:
-                shape = shape.model_copy(update={"KVH": max(1, shape.H // man.variant.kv_group)})
-            softmax_scale = 1.0 / math.sqrt(shape.D) if scale is None else scale
-            q = _random_device(cp, (shape.B, shape.H, shape.N, shape.D), man.dtype, seed)
-            k = _random_device(cp, (shape.B, shape.kv_heads, shape.M, shape.D), man.dtype, seed + 1)
-            v = _random_device(cp, (shape.B, shape.kv_heads, shape.M, shape.dv), man.dtype, seed + 2)
-            o = cp.empty((shape.B, shape.H, shape.N, shape.dv), dtype=q.dtype)
-            lse = cp.empty((shape.B, shape.H, shape.N), dtype=cp.float32) if man.variant.return_lse else None
-            slopes, tensors = _call_time_inputs(cp, man, shape, seed)
-            entry = BenchEntry(name=man.name, kind="kernel", dtype=man.dtype.value, variant=man.variant.name,
-                               shape=shape, ok=False)
-            runs: list[tuple[BenchEntry, Callable[[], Any]]] = []
-            try:
-                runs.append((entry, prepare_launch(man, loaded, q, k, v, o, lse=lse, scale=scale, stream=stream,
-                                                   step=f"bench {shape_text(shape)}", alibi_slopes=slopes,
-                                                   tensors=tensors)))
-            except Exception as exc:
-                if is_sticky_cuda_error(exc):
-                    raise
-                entry.error = str(exc)
-            report.entries.append(entry)
-            key = (man.dtype.value, man.variant.name, shape_text(shape))
-            with ExitStack() as stack:
+
+    def timer(fn):
+        return time_samples(fn, stream=stream, l2_bytes=l2, min_time_s=min_time_s / rounds)
+
+    # Every kernel of a shape and the baselines beside them are timed in the same rounds, so that a clock that
+    # drifts (a card at its power cap) moves all of them alike: timed one kernel after another, the same kernel
+    # read 1-4 % apart from itself (NOTES.md, session 22: DA against cur, -4 % in turn, +1.5 % in alternating blocks).
+    for base_shape in shapes:
+        runs: list[tuple[BenchEntry, Callable[[], Any]]] = []
+        timed_as: list[tuple[Shape, Any]] = []  # per run: the shape and manifest its TFLOP/s are counted for
+        with ExitStack() as stack:
+            for man, loaded in loaded_kernels:
+                shape = base_shape
+                if shape.D == man.head_dim and shape.DV is None and man.head_dim_v is not None:
+                    shape = shape.model_copy(update={"DV": man.head_dim_v})  # a shape of D alone: the kernel's own Dv
+                if shape.D != man.head_dim or shape.dv != man.dv:
+                    built = f"D={man.head_dim}" + (f", DV={man.head_dim_v}" if man.head_dim_v is not None else "")
+                    report.entries.append(BenchEntry(name=man.name, kind="kernel", dtype=man.dtype.value,
+                                                     variant=man.variant.name, shape=shape, ok=False,
+                                                     skipped=f"kernel is built for {built}"))
+                    continue
+                if man.variant.kv_group > 1 and shape.KVH is None:
+                    shape = shape.model_copy(update={"KVH": max(1, shape.H // man.variant.kv_group)})
+                softmax_scale = 1.0 / math.sqrt(shape.D) if scale is None else scale
+                q = _random_device(cp, (shape.B, shape.H, shape.N, shape.D), man.dtype, seed)
+                k = _random_device(cp, (shape.B, shape.kv_heads, shape.M, shape.D), man.dtype, seed + 1)
+                v = _random_device(cp, (shape.B, shape.kv_heads, shape.M, shape.dv), man.dtype, seed + 2)
+                o = cp.empty((shape.B, shape.H, shape.N, shape.dv), dtype=q.dtype)
+                lse = cp.empty((shape.B, shape.H, shape.N), dtype=cp.float32) if man.variant.return_lse else None
+                slopes, tensors = _call_time_inputs(cp, man, shape, seed)
+                entry = BenchEntry(name=man.name, kind="kernel", dtype=man.dtype.value, variant=man.variant.name,
+                                   shape=shape, ok=False)
+                try:
+                    runs.append((entry, prepare_launch(man, loaded, q, k, v, o, lse=lse, scale=scale, stream=stream,
+                                                       step=f"bench {shape_text(shape)}", alibi_slopes=slopes,
+                                                       tensors=tensors)))
+                    timed_as.append((shape, man))
+                except Exception as exc:
+                    if is_sticky_cuda_error(exc):
+                        raise
+                    entry.error = str(exc)
+                report.entries.append(entry)
+                key = (man.dtype.value, man.variant.name, shape_text(shape))
                 if baselines and key not in baseline_done:
                     baseline_done.add(key)
                     base = stack.enter_context(_baseline_runs(man.variant, man.dtype, shape, q, k, v, softmax_scale,
                                                               stream, flex, slopes))
                     report.entries += [e for e, _fn in base]
-                    runs += [(e, fn) for e, fn in base if fn is not None]
-
-                def timer(fn):
-                    return time_samples(fn, stream=stream, l2_bytes=l2, min_time_s=min_time_s / rounds)
-
-                for (timed, _fn), stats in zip(runs, time_in_rounds(runs, rounds, timer).values(), strict=True):
-                    if isinstance(stats, Exception):
-                        if is_sticky_cuda_error(stats):
-                            raise stats
-                        timed.error = (str(stats) if timed.kind == "kernel" else
-                                       f"{type(stats).__name__}: {str(stats).splitlines()[0] if str(stats) else ''}")
-                        continue
-                    timed.stats, timed.ok = stats, True
-                    timed.tflops = tflops(shape, man.variant, stats.median_ms)
-                    timed.roofline_pct = roofline_percent(shape, man.variant, man.dtype, target, stats.median_ms)
-            del q, k, v, o, lse, slopes, tensors
+                    timed = [(e, fn) for e, fn in base if fn is not None]
+                    runs += timed
+                    timed_as += [(shape, man)] * len(timed)
+            for ((timed, _fn), (shape, man)), stats in zip(zip(runs, timed_as, strict=True),
+                                                          time_in_rounds(runs, rounds, timer).values(), strict=True):
+                if isinstance(stats, Exception):
+                    if is_sticky_cuda_error(stats):
+                        raise stats
+                    timed.error = (str(stats) if timed.kind == "kernel" else
+                                   f"{type(stats).__name__}: {str(stats).splitlines()[0] if str(stats) else ''}")
+                    continue
+                timed.stats, timed.ok = stats, True
+                timed.tflops = tflops(shape, man.variant, stats.median_ms)
+                timed.roofline_pct = roofline_percent(shape, man.variant, man.dtype, target, stats.median_ms)
+        # this shape's tensors go before the next shape's are made (the launches in `runs` hold them)
+        runs = timed_as = q = k = v = o = lse = slopes = tensors = None  # noqa: F841
     return report
 
 
