@@ -94,9 +94,10 @@ def register(app: typer.Typer) -> None:
                       verify: bool = typer.Option(True, help="verify each kernel before timing it"),
                       min_time: float = typer.Option(None, help="seconds of kernel time per measurement "
                                                      "(default 0.2; 0.1 for a suite)"),
-                      rounds: int = typer.Option(None, help="rounds each kernel and its baselines are timed in, "
-                                                 "ours first then last, samples pooled (default 4 with baselines, "
-                                                 "else 1): a card at its power cap clocks down whatever runs first"),
+                      rounds: int = typer.Option(None, help="rounds the kernels of a shape and their baselines are "
+                                                 "timed in together, ours first then last, samples pooled (default 4 "
+                                                 "with baselines, else 1): a card at its power cap clocks down "
+                                                 "whatever runs first"),
                       timeout: float = typer.Option(600.0, help="seconds before the worker is killed"),
                       doc: str = typer.Option(None, help="report: the markdown file to write (e.g. docs/performance.md)")
                       ) -> None:
