@@ -3,7 +3,6 @@ call only loads cubins: python benchmarks/kernel_dev/hopper_build.py OUTDIR [NAM
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -193,12 +192,10 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # Session 21 measured OT 6-8 % slower than cur at N = 512 and 2k (NOTES.md); OT2, OT with two Q
              # buffers (the q_stages switch of commit 1f51e7b, removed since), level with OT.
              "OT": dict(options=dict(overlap_tiles=True)),
-             # Session 21 (built on a CPU, not yet timed): DA = each k-step's wgmma descriptor as the first one's
-             # plus the step's offset (one add), in place of desc() of the step's address (mask, shift, or: four
-             # ops a step, or a rebuilt descriptor where ptxas cannot keep them: OT's loss); OTDA = OT with DA.
-             "DA": dict(transform=lambda source: descriptors_added(source)),  # defined below
-             "OTDA": dict(options=dict(overlap_tiles=True), transform=lambda source: descriptors_added(source)),
-             # Session 21 (built on a CPU, not yet timed): EX = the second of each column pair's exp2 on the FMA and
+             # Session 21's DA (each k-step's wgmma descriptor as the first one's plus an add) is production since
+             # e601a4f (fg::wgmma::desc_plus; +1.0..1.5 % in session 22's alternating blocks), so OT is session 22's OTDA.
+             # Session 22 measured EX -11..-13 % on softcap and -12..-22 % on d64, SC +2..4 %, SCEX below SC (NOTES.md).
+             # Session 21: EX = the second of each column pair's exp2 on the FMA and
              # integer pipes (fg::exp2_poly) instead of the SFU: softcap's scores take two SFU ops each (tanh, exp2),
              # 2048 SFU cycles a key-tile pair at d128 against 2048 of tensor time; a quarter of them moved
              "EX": dict(transform=lambda source: exp2_half_on_fma(source)),  # defined below
@@ -250,21 +247,6 @@ def exp2_half_on_fma(source: str) -> str:
     call = "const float p1 = fg::exp2_approx("
     assert source.count(call) == 1
     return source.replace(call, "const float p1 = fg::exp2_poly(")
-
-
-def descriptors_added(source: str) -> str:
-    """DA: fg::wgmma::desc_plus(d, off), the descriptor `off` bytes past d's address: one add to the start-address
-    field (bits 0-13: the address / 16, no carry while address + off stays under 256 KB, as shared memory does), and
-    every `desc(BASE + OFFSET, LBO, SBO)` of the template as desc_plus(desc(BASE, LBO, SBO), OFFSET)."""
-    anchor = "  d |= 1ull << 62;\n  return d;\n}\n"
-    assert source.count(anchor) == 1
-    helper = ("__device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t off) {\n"
-              "  return (d & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(d) + (off >> 4));\n}\n")
-    source = source.replace(anchor, anchor + helper)
-    source, n = re.subn(r"fg::wgmma::desc\((\w+) \+ ([^,]+), ([^,]+), (\w+)\)",
-                        r"fg::wgmma::desc_plus(fg::wgmma::desc(\1, \3, \4), \2)", source)
-    assert n >= 3, n
-    return source
 
 
 def producer_waits_hinted(source: str) -> str:

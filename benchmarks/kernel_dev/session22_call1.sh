@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran in session 22 (results/session22-call1-*; NOTES.md). DA has been production since e601a4f and its dev schedule
+# is gone (OT is OTDA now); the command below names it as it ran.
 # Prepared in session 21 (whose device time ran out before it could run) for session 22's first device call, from
 # the repo root with carry [".whl", ".dev/hopper"] under one deadline (BUDGET, default 420 s). Build first on the CPU:
 #   python benchmarks/kernel_dev/hopper_build.py .dev/hopper {cur,DA,OTDA}_{plain,causal}_bf16_d128_128x128s2 \
