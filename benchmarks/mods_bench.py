@@ -29,7 +29,7 @@ def main() -> int:
     parser.add_argument("--gpu", nargs="+", default=["h200", "a100"], help="targets whose code paths to time")
     parser.add_argument("--min-time", type=float, default=0.2)
     parser.add_argument("--switch", action="append", default=[], metavar="NAME=on|off|INT",
-                        help="an sm90 schedule switch to render with (development A/B), or a count (q_stages=2)")
+                        help="an sm90 schedule switch to render with (development A/B), or a count (o_stage_chunks=1)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     from flashgen.harness.device import environment_info

@@ -194,10 +194,10 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              "OT": dict(options=dict(overlap_tiles=True)),
              # Session 21's DA (each k-step's wgmma descriptor as the first one's plus an add) is production since
              # e601a4f (fg::wgmma::desc_plus; +1.0..1.5 % in session 22's alternating blocks), so OT is session 22's OTDA.
-             # Session 22 measured EX -11..-13 % on softcap and -12..-22 % on d64, SC +2..4 %, SCEX below SC (NOTES.md).
-             # Session 21: EX = the second of each column pair's exp2 on the FMA and
-             # integer pipes (fg::exp2_poly) instead of the SFU: softcap's scores take two SFU ops each (tanh, exp2),
-             # 2048 SFU cycles a key-tile pair at d128 against 2048 of tensor time; a quarter of them moved
+             # Session 21: EX = the second of each column pair's exp2 on the FMA and integer pipes (fg::exp2_poly)
+             # instead of the SFU: softcap's scores take two SFU ops each (tanh, exp2), 2048 SFU cycles a key-tile
+             # pair at d128 against 2048 of tensor time; a quarter of them moved. Session 22 measured EX -11..-13 %
+             # on softcap and -12..-22 % on d64, SC +2..4 %, SCEX below SC (NOTES.md).
              "EX": dict(transform=lambda source: exp2_half_on_fma(source)),  # defined below
              # SC = softcap's constants folded (softcap30 only): tanh(s * (scale / 30)) stored, and 30 * log2(e) as
              # the softmax's multiplier, where each score took four multiplies (by scale, 1/30, 30 and log2 e) and

@@ -1,6 +1,6 @@
 """The loops of a kernel's SASS and what each holds: per backward branch, the instructions it spans, its HGMMAs, MUFU
-ops and float ops, and (with --diff) the opcodes whose counts differ between two kernels' loops with the most HGMMAs
-of one S and one P V (the key-tile loop). Session 21: overlap_tiles' key-tile loop held 44 more integer instructions
+ops and float ops, and (given two folders) the opcodes whose counts differ between the two kernels' key-tile loops
+(the shortest loop that issues both an S and a P V). Session 21: overlap_tiles' key-tile loop held 44 more integer instructions
 than production's (Q's descriptors rebuilt in every S), which the A/B's 6-8 % had not explained on its own.
 
     python benchmarks/kernel_dev/sass_loops.py DIR [DIR2]

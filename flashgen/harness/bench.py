@@ -416,12 +416,13 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
     def timer(fn):
         return time_samples(fn, stream=stream, l2_bytes=l2, min_time_s=min_time_s / rounds)
 
-    # Every kernel of a shape and the baselines beside them are timed in the same rounds, so that a clock that
-    # drifts (a card at its power cap) moves all of them alike: timed one kernel after another, the same kernel
-    # read 1-4 % apart from itself (NOTES.md, session 22: DA against cur, -4 % in turn, +1.5 % in alternating blocks).
-    for base_shape in shapes:
-        runs: list[tuple[BenchEntry, Callable[[], Any]]] = []
-        timed_as: list[tuple[Shape, Any]] = []  # per run: the shape and manifest its TFLOP/s are counted for
+    def time_shape(base_shape: Shape) -> None:
+        """Every loaded kernel at this shape and the baselines beside them, timed in the same rounds: a clock that
+        drifts (a card at its power cap) then moves all of them alike, where timed one kernel after another the
+        same kernel read 1-4 % apart from itself (NOTES.md, session 22: DA against cur, -4 % in turn, +1.5 % in
+        alternating blocks). The tensors live as long as this call does."""
+        # each run's key: its entry, and the shape and manifest its TFLOP/s are counted for
+        runs: list[tuple[tuple[BenchEntry, Shape, Any], Callable[[], Any]]] = []
         with ExitStack() as stack:
             for man, loaded in loaded_kernels:
                 shape = base_shape
@@ -445,10 +446,9 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
                 entry = BenchEntry(name=man.name, kind="kernel", dtype=man.dtype.value, variant=man.variant.name,
                                    shape=shape, ok=False)
                 try:
-                    runs.append((entry, prepare_launch(man, loaded, q, k, v, o, lse=lse, scale=scale, stream=stream,
-                                                       step=f"bench {shape_text(shape)}", alibi_slopes=slopes,
-                                                       tensors=tensors)))
-                    timed_as.append((shape, man))
+                    runs.append(((entry, shape, man), prepare_launch(
+                        man, loaded, q, k, v, o, lse=lse, scale=scale, stream=stream, step=f"bench {shape_text(shape)}",
+                        alibi_slopes=slopes, tensors=tensors)))
                 except Exception as exc:
                     if is_sticky_cuda_error(exc):
                         raise
@@ -460,11 +460,9 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
                     base = stack.enter_context(_baseline_runs(man.variant, man.dtype, shape, q, k, v, softmax_scale,
                                                               stream, flex, slopes))
                     report.entries += [e for e, _fn in base]
-                    timed = [(e, fn) for e, fn in base if fn is not None]
-                    runs += timed
-                    timed_as += [(shape, man)] * len(timed)
-            for ((timed, _fn), (shape, man)), stats in zip(zip(runs, timed_as, strict=True),
-                                                          time_in_rounds(runs, rounds, timer).values(), strict=True):
+                    runs += [((e, shape, man), fn) for e, fn in base if fn is not None]
+            for ((timed, shape, man), _fn), stats in zip(runs, time_in_rounds(runs, rounds, timer).values(),
+                                                         strict=True):
                 if isinstance(stats, Exception):
                     if is_sticky_cuda_error(stats):
                         raise stats
@@ -474,8 +472,9 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
                 timed.stats, timed.ok = stats, True
                 timed.tflops = tflops(shape, man.variant, stats.median_ms)
                 timed.roofline_pct = roofline_percent(shape, man.variant, man.dtype, target, stats.median_ms)
-        # this shape's tensors go before the next shape's are made (the launches in `runs` hold them)
-        runs = timed_as = q = k = v = o = lse = slopes = tensors = None  # noqa: F841
+
+    for base_shape in shapes:
+        time_shape(base_shape)
     return report
 
 
