@@ -193,7 +193,7 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # buffers (the q_stages switch of commit 1f51e7b, removed since), level with OT.
              "OT": dict(options=dict(overlap_tiles=True)),
              # Session 21's DA (each k-step's wgmma descriptor as the first one's plus an add) is production since
-             # e601a4f (fg::wgmma::desc_plus; +1.0..1.5 % in session 22's alternating blocks), so OT is session 22's OTDA.
+             # e601a4f (fg::wgmma::desc_plus; +0.9..1.3 % in session 22's clock_watch blocks), so OT is session 22's OTDA.
              # Session 21: EX = the second of each column pair's exp2 on the FMA and integer pipes (fg::exp2_poly)
              # instead of the SFU: softcap's scores take two SFU ops each (tanh, exp2), 2048 SFU cycles a key-tile
              # pair at d128 against 2048 of tensor time; a quarter of them moved. Session 22 measured EX -11..-13 %

@@ -419,8 +419,9 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
     def time_shape(base_shape: Shape) -> None:
         """Every loaded kernel at this shape and the baselines beside them, timed in the same rounds: a clock that
         drifts (a card at its power cap) then moves all of them alike, where timed one kernel after another the
-        same kernel read 1-4 % apart from itself (NOTES.md, session 22: DA against cur, -4 % in turn, +1.5 % in
-        alternating blocks). The tensors live as long as this call does."""
+        same pair of kernels read apart by more than their difference (NOTES.md, session 22: DA against cur -4 % in
+        one `flashgen bench`, +1.3 % in clock_watch's blocks minutes later). The tensors live as long as this call
+        does."""
         # each run's key: its entry, and the shape and manifest its TFLOP/s are counted for
         runs: list[tuple[tuple[BenchEntry, Shape, Any], Callable[[], Any]]] = []
         with ExitStack() as stack:

@@ -257,8 +257,8 @@ __device__ __forceinline__ uint64_t desc(uint32_t smem_addr, uint32_t lbo_bytes,
 }
 // The descriptor `offset_bytes` past d's start: one add to the start-address field (bits 0-13, the address >> 4),
 // where desc() of the moved address costs a mask, a shift and an or, or a whole rebuilt descriptor where ptxas
-// cannot keep the k steps' in registers (plain d128's key-tile loop 740 -> 698 instructions; +1.0..1.5 % on an H100
-// in alternating blocks at N = 512 and 2k; NOTES.md, session 22).
+// cannot keep the k steps' in registers (plain d128's key-tile loop 740 -> 698 instructions; on an H100 +1.3 / +0.9 %
+// at N = 512 / 2k, +0.4 / +2.9 % against the cuDNN timed beside each: small, and no loss; NOTES.md, session 22).
 // No carry leaves the field while the address stays under 256 KB, as every shared-memory address does.
 __device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t offset_bytes) {
   return (d & 0xFFFFFFFF00000000ull) | (static_cast<uint32_t>(d) + (offset_bytes >> 4));
