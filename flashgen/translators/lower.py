@@ -73,6 +73,8 @@ from flashgen.translators.plan import (
     Normalization,
     NormKind,
     Prologue,
+    DistanceTerm,
+    FactoredScore,
     ScoreMod,
     alibi_slope_c,
     expression_names,
@@ -827,7 +829,58 @@ class _Lowering:
         text = f"{st.stmt.target} = {format_expr(st.stmt.expr)}"
         return ScoreMod(name=f"TL line {_line(st.stmt)}: {text}", expr=c,
                         uses_positions=bool(expression_names(c) & POSITION_NAMES),
-                        key_terms=terms)
+                        key_terms=terms, factored=None if added is not None else self.factored(rest, st.stmt),
+                        distance=None if added is not None else self.distance_term(rest, st.stmt))
+
+    def distance_term(self, poly: Poly, stmt: Any) -> DistanceTerm | None:
+        """The score function as rest + weight * |q_idx + offset - k_idx| (plan.DistanceTerm) where exactly one term
+        of its normal form holds abs() of such a distance (q_idx and k_idx with opposite unit coefficients, the
+        offset block-invariant) times block-invariant factors alone: ALiBi's. None otherwise."""
+        invariant = self.invariant_names()
+        found = []
+        for factors, coef in poly.terms.items():
+            for key, exp in factors:
+                atom = poly.atoms[key]
+                if not (exp == 1 and isinstance(atom, ast.Call) and atom.func == "abs" and len(atom.args) == 1):
+                    continue
+                arg = to_poly(atom.args[0], hook=_diag_hook)
+                sign = arg.terms.get((("q_idx", 1),))
+                if sign not in (1, -1) or arg.terms.get((("k_idx", 1),)) != -sign:
+                    continue
+                offset = Poly({f: c * sign for f, c in arg.terms.items()
+                               if f not in ((("q_idx", 1),), (("k_idx", 1),))}, dict(arg.atoms))
+                others = [poly.atoms[k] for k, _ in factors if k != key]
+                if _names(from_poly(offset)) <= invariant and all(_names(a) <= invariant for a in others):
+                    found.append((factors, coef, key, offset))
+        if len(found) != 1:
+            return None
+        factors, coef, key, offset = found[0]
+        rest = Poly({f: c for f, c in poly.terms.items() if f != factors}, dict(poly.atoms))
+        weight = Poly({tuple((k, e) for k, e in factors if k != key): coef}, dict(poly.atoms))
+        return DistanceTerm(rest=self.compile(self.hoist(rest), "score", stmt),
+                            weight=self.compile(self.hoist(weight), "score", stmt),
+                            offset=self.compile(from_poly(offset), "score", stmt) if offset.terms else "0")
+
+    def factored(self, poly: Poly, stmt: Any) -> FactoredScore | None:
+        """The score function as out_factor * g(s * in_factor) (plan.FactoredScore) where its normal form is one
+        term, a positive number times one call of one argument, that argument the score times a number: softcap's
+        C * tanh(s / C). None otherwise."""
+        if len(poly.terms) != 1:
+            return None
+        ((factors, out_factor),) = poly.terms.items()
+        if not isinstance(out_factor, (int, float)) or out_factor <= 0 or len(factors) != 1 or factors[0][1] != 1:
+            return None
+        call = poly.atoms[factors[0][0]]
+        if not isinstance(call, ast.Call) or len(call.args) != 1:
+            return None
+        arg = to_poly(call.args[0], hook=_diag_hook)
+        if len(arg.terms) != 1:
+            return None
+        ((arg_factors, in_factor),) = arg.terms.items()
+        if arg_factors != (("s", 1),) or not isinstance(in_factor, (int, float)):
+            return None
+        g = self.compile(ast.Call(func=call.func, args=[_N("s")]), "score", stmt)
+        return FactoredScore(expr=g, in_factor=float(in_factor), out_factor=float(out_factor))
 
     def split_key_sum(self, poly: Poly) -> tuple[Poly, Poly | None]:
         """(the rest, the key-only addends) of a score function's normal form, where those addends read k_idx and

@@ -94,6 +94,32 @@ C_BUILTINS = frozenset({
 }) | {part for f in FUNCTIONS.values() if f.c_float for name in f.c_float for part in name.split("::")}
 
 
+class FactoredScore(BaseModel):
+    """A score function of the form `out_factor * g(s * in_factor)` with out_factor > 0 (softcap's C * tanh(s / C)),
+    split so that a backend can store g's value and give out_factor to the softmax's multiplier (the running max,
+    every exponent and the LSE read it, and a positive factor commutes with the max), and fold in_factor into the
+    scale: one multiply a score where the whole form takes three."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    expr: str = Field(description="C float expression of g(s): the function's value over out_factor, at s * in_factor")
+    in_factor: float = Field(description="what the scaled score is multiplied by before g")
+    out_factor: float = Field(gt=0, description="what g's value is multiplied by: the score in natural units")
+
+
+class DistanceTerm(BaseModel):
+    """A score function of the form `rest + weight * |qpos + offset - kpos|` (ALiBi's -slope * |qpos + diag - kpos|,
+    a user's `s - w * abs(q_idx - k_idx)`), split so that a backend can treat a tile whose distances all have one
+    sign, where |.| is linear: there the term is the tile's value at one score plus a compile-time step times the
+    weight, one FFMA a score instead of an integer add, a conversion and an FFMA."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rest: str = Field(description="C float expression: the function less the distance term (`s` for ALiBi)")
+    weight: str = Field(description="C float expression, the same for every score of a block: `-alibi_slope`")
+    offset: str = Field(description="C int expression, the same for every score of a block: `diag`")
+
+
 class ScoreMod(BaseModel):
     """One elementwise change of the fp32 score, applied in list order after scaling by p.scale."""
 
@@ -107,6 +133,10 @@ class ScoreMod(BaseModel):
                                        "function (cos, exp, ...) on the key position and block constants alone "
                                        "(`fg::cos_approx((float)kpos)`): the same for every row of a column, so a "
                                        "backend may compute it once per column and share it")
+    factored: FactoredScore | None = Field(default=None, description="expr as out_factor * g(s * in_factor), where "
+                                           "the lowering found it in that form (the expression stays whole in expr)")
+    distance: DistanceTerm | None = Field(default=None, description="expr as rest + weight * |qpos + offset - kpos|, "
+                                          "where the lowering found it in that form (expr stays whole)")
 
 
 class Prologue(BaseModel):
@@ -275,6 +305,9 @@ def check_expressions(plan: KernelPlan) -> None:
     if plan.key_range is not None:
         pieces += [("key_range lo", plan.key_range.lo), ("key_range hi", plan.key_range.hi)]
     pieces += [(f"score_mod {m.name}", m.expr) for m in plan.score_mods]
+    pieces += [(f"score_mod {m.name}, factored", m.factored.expr) for m in plan.score_mods if m.factored]
+    pieces += [(f"score_mod {m.name}, distance", c) for m in plan.score_mods if m.distance
+               for c in (m.distance.rest, m.distance.weight, m.distance.offset)]
     pieces += [(f"prologue {p.name}", p.expr) for p in plan.prologue]
     for what, expr in pieces:
         if expr is None:
@@ -315,11 +348,12 @@ def score_mods_for(variant: Variant) -> tuple[list[ScoreMod], list[Prologue]]:
     if variant.softcap is not None:
         c = variant.softcap
         tanh = FUNCTIONS["tanh"].c_float[0]
-        mods.append(ScoreMod(name="softcap", expr=f"{_cfloat(c)} * {tanh}(s * {_cfloat(1.0 / c)})", uses_positions=False))
+        mods.append(ScoreMod(name="softcap", expr=f"{_cfloat(c)} * {tanh}(s * {_cfloat(1.0 / c)})", uses_positions=False,
+                             factored=FactoredScore(expr=f"{tanh}(s)", in_factor=1.0 / c, out_factor=c)))
     if variant.alibi:
         prologue.append(Prologue(ctype="float", name="alibi_slope", expr=alibi_slope_c("b", "head")))
         mods.append(ScoreMod(name="alibi", expr="s - alibi_slope * fabsf((float)(qpos + diag - kpos))",
-                             uses_positions=True))
+                             uses_positions=True, distance=DistanceTerm(rest="s", weight="-alibi_slope", offset="diag")))
     return mods, prologue
 
 

@@ -16,6 +16,7 @@ mma.cuh, attn_warp.cuh).
 from __future__ import annotations
 
 import inspect
+import math
 from pathlib import Path
 from typing import ClassVar
 
@@ -96,16 +97,23 @@ def positions_per_score(plan: KernelPlan, share_key_terms: bool = True) -> bool:
     exprs = score_exprs(plan, "0", share_key_terms)["score_exprs"]
     return any(expression_names(expr) & POSITION_NAMES for expr, _ in exprs)
 
-def score_units(plan: KernelPlan) -> dict:
+def score_units(plan: KernelPlan, fold_factors: bool = False) -> dict:
     """How a template turns a score into the softmax's log2 units, decided once for every path: `softmax`;
     `raw_scores`, no score function (a stored score is multiplied by scale * log2 e in each exponent's FFMA);
     `log2e_in_exponent`, score functions whose output (natural units) takes log2 e in that FFMA rather than in a
-    multiply of each score (ALiBi +2-5 %, `s + 0.25 * cos(k_idx)` with its shared term +2-5 % on the H200). Softcap
-    keeps the multiply: bound by the SFU, it measured 2-7 % slower with the fold, in two runs (NOTES.md, session 10)."""
+    multiply of each score (ALiBi +2-5 %, `s + 0.25 * cos(k_idx)` with its shared term +2-5 % on the H200);
+    `score_fold`, for a path that takes `fold_factors` (sm90), the plan.FactoredScore of a lone score function in
+    that form, softcap's C * tanh(s / C): the template stores tanh(acc * (scale / C)) and `score_out_log2`, C * log2 e,
+    is the softmax's multiplier (+8.5 / +4.7 % at softcap 30 bf16 d128 4k / 512 on an H100, NOTES.md, session 23).
+    Softcap unfolded keeps the multiply by log2 e: bound by the SFU, it measured 2-7 % slower with log2 e alone in
+    the FFMA, in two runs (NOTES.md, session 10)."""
     softmax = plan.norm.kind is NormKind.softmax
     raw = softmax and not plan.score_mods
-    return dict(softmax=softmax, raw_scores=raw,
-                log2e_in_exponent=softmax and not raw and plan.variant.softcap is None)
+    mods = plan.score_mods
+    fold = mods[0].factored if fold_factors and softmax and len(mods) == 1 and not mods[0].key_terms else None
+    return dict(softmax=softmax, raw_scores=raw, score_fold=fold,
+                score_out_log2=fold.out_factor * math.log2(math.e) if fold else None,
+                log2e_in_exponent=softmax and not raw and (plan.variant.softcap is None or fold is not None))
 
 
 class SearchSpace(BaseModel):
