@@ -104,7 +104,7 @@ def score_units(plan: KernelPlan, fold_factors: bool = False) -> dict:
     multiply of each score (ALiBi +2-5 %, `s + 0.25 * cos(k_idx)` with its shared term +2-5 % on the H200);
     `score_fold`, for a path that takes `fold_factors` (sm90), the plan.FactoredScore of a lone score function in
     that form, softcap's C * tanh(s / C): the template stores tanh(acc * (scale / C)) and `score_out_log2`, C * log2 e,
-    is the softmax's multiplier (+8.5 / +4.7 % at softcap 30 bf16 d128 4k / 512 on an H100, NOTES.md, session 23).
+    is the softmax's multiplier (softcap 30 bf16 d128 +13 / +5 % at 4k / 512 on an H100, 0.73 -> 0.82 of plain's TF/s; NOTES.md, session 23).
     Softcap unfolded keeps the multiply by log2 e: bound by the SFU, it measured 2-7 % slower with log2 e alone in
     the FFMA, in two runs (NOTES.md, session 10)."""
     softmax = plan.norm.kind is NormKind.softmax
