@@ -147,6 +147,8 @@ def test_bad_shape_is_one_line(shape, message, tmp_path):
     (["verify", "nope", "--timeout", "0"], "--timeout 0: must be a number of seconds greater than 0"),
     (["bench", "nope", "--min-time", "-1"], "--min-time -1: must be a number of seconds greater than 0"),
     (["bench", "nope", "--rounds", "0"], "--rounds must be at least 1"),
+    (["bench", "nope", "--settle", "-1"], "--settle -1: must be a number of seconds, 0 or more"),
+    (["bench", "nope", "--settle", "nan"], "--settle nan: must be a number of seconds, 0 or more"),
     (["runs", "list", "--limit", "0"], "--limit 0: must be at least 1"),
     (["tune", "--gpu", "a100", "--dtype", "fp16", "--head-dim", "128", "--budget", "0"], "--budget 0: must be a number of seconds greater than 0"),
 ])

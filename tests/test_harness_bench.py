@@ -61,6 +61,29 @@ def test_rounds_alternate_who_goes_first_and_pool_the_samples():
     assert (one.reps, one.median_ms, one.rounds) == (2, 1.5, 1)
 
 
+def test_the_card_settles_on_the_first_run_before_any_sample():
+    """`settle` runs the first run untimed before the first round, once a shape (bench_kernels' settle_s): the card
+    then reaches its clock under the power cap before the first sample of whichever kernel is listed first."""
+    events: list[str] = []
+
+    def timer(fn):
+        events.append(f"timed {fn()}")
+        return [1.0], 1.0
+
+    runs = [("ours", lambda: "ours"), ("cudnn", lambda: "cudnn")]
+    time_in_rounds(runs, 2, timer, settle=lambda fn: events.append(f"settled {fn()}"))
+    assert events == ["settled ours", "timed ours", "timed cudnn", "timed cudnn", "timed ours"]
+    events.clear()
+    time_in_rounds(runs, 2, timer)
+    assert not any(e.startswith("settled") for e in events)
+
+    def settle_fails(fn):
+        raise RuntimeError("illegal address")
+
+    stats = time_in_rounds(runs, 2, timer, settle=settle_fails)
+    assert isinstance(stats[0], RuntimeError) and stats[1].reps == 2  # the first run fails as its timing would
+
+
 def test_a_run_that_fails_is_reported_and_not_timed_again():
     seen: list[str] = []
 

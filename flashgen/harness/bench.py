@@ -183,6 +183,22 @@ def time_samples(fn: Callable[[], Any], *, stream=None, l2_bytes: int | None = N
     return samples, host_ms
 
 
+def settle_card(fn: Callable[[], Any], seconds: float, stream=None) -> None:
+    """Run fn, untimed, for `seconds` of wall time (in batches of 10 calls, each batch synchronized), so that a card
+    under its power cap reaches its settled clock before the first sample of a shape: there, whichever kernel
+    `flashgen bench` listed first read 1-5 % faster at causal 4k in three runs, though the rounds alternate the order
+    (NOTES.md, session 23; bench_kernels' settle_s, the CLI's --settle)."""
+    from flashgen.harness.device import _cupy
+
+    cp = _cupy()
+    deadline = time.perf_counter() + seconds
+    with stream or cp.cuda.get_current_stream():
+        while time.perf_counter() < deadline:
+            for _ in range(10):
+                fn()
+            cp.cuda.runtime.deviceSynchronize()
+
+
 #: rounds of a benchmark with baselines (the CLI's default): each kernel is timed in every round, ours first in even
 #: rounds and last in odd ones (an even count: as often first as last), and each one's samples are pooled. A card at its power cap does not hold its clock: after a lighter phase it
 #: boosts, draws past the cap, and the controller pulls the clock down (an H100 dipped to 1245 MHz against a settled
@@ -193,13 +209,20 @@ BENCH_ROUNDS = 4
 
 
 def time_in_rounds(runs: list[tuple[Any, Callable[[], Any]]], rounds: int,
-                   timer: Callable[[Callable[[], Any]], tuple[list[float], float]]) -> dict[int, Any]:
+                   timer: Callable[[Callable[[], Any]], tuple[list[float], float]],
+                   settle: Callable[[Callable[[], Any]], None] | None = None) -> dict[int, Any]:
     """Each (key, fn) of `runs` timed by `timer` in every one of `rounds` rounds, the runs in order in even rounds and
     in reverse in odd ones; per index of `runs`: TimingStats of the pooled samples (host time: the rounds' mean), or
-    the exception its timing raised (that run is not timed again)."""
+    the exception its timing raised (that run is not timed again). `settle`, where given, runs the first run untimed
+    before the first round (settle_card)."""
     samples: dict[int, list[float]] = {i: [] for i in range(len(runs))}
     hosts: dict[int, list[float]] = {i: [] for i in range(len(runs))}
     failed: dict[int, Exception] = {}
+    if settle is not None and runs:
+        try:
+            settle(runs[0][1])
+        except Exception as exc:  # the first run fails as its timing would have (and is not timed)
+            failed[0] = exc
     for r in range(rounds):
         order = list(range(len(runs))) if r % 2 == 0 else list(range(len(runs)))[::-1]
         for i in order:
@@ -370,15 +393,18 @@ BENCH_SEED = 0
 
 def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, min_time_s: float = 0.2,
                   seed: int = BENCH_SEED, flex: FlexMode = "static", scale: float | None = None,
-                  rounds: int = 1) -> BenchReport:
+                  rounds: int = 1, settle_s: float = 0.0) -> BenchReport:
     """Time each kernel (device.KernelInput, or (source | cubin path, manifest) pairs) on each shape,
     and every baseline on the same (dtype, variant, shape) once, beside the first kernel timed there. Needs a GPU;
     runs in-process (the worker calls it). A shape whose D differs from a kernel's head_dim is skipped for that
     kernel. `flex` says how FlexAttention is compiled (FlexMode). `scale`: the softmax scale of ours and the
     baselines (None: 1/sqrt(D)). `rounds`: every kernel of a shape and the baselines beside them are timed in that
-    many rounds, min_time_s shared among them, the kernels first then last (time_in_rounds; BENCH_ROUNDS says why)."""
+    many rounds, min_time_s shared among them, the kernels first then last (time_in_rounds; BENCH_ROUNDS says why),
+    after `settle_s` seconds of the first of them untimed (settle_card; 0: none)."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
+    if settle_s < 0:
+        raise ValueError(f"settle_s must not be negative, got {settle_s}")
     if flex not in FLEX_MODES:
         raise ValueError(f"flex must be one of {', '.join(FLEX_MODES)}, got {flex!r}")
     from flashgen.harness.device import (
@@ -415,6 +441,8 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
 
     def timer(fn):
         return time_samples(fn, stream=stream, l2_bytes=l2, min_time_s=min_time_s / rounds)
+
+    settle = (lambda fn: settle_card(fn, settle_s, stream)) if settle_s > 0 else None
 
     def time_shape(base_shape: Shape) -> None:
         """Every loaded kernel at this shape and the baselines beside them, timed in the same rounds: a clock that
@@ -462,7 +490,7 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
                                                               stream, flex, slopes))
                     report.entries += [e for e, _fn in base]
                     runs += [((e, shape, man), fn) for e, fn in base if fn is not None]
-            for ((timed, shape, man), _fn), stats in zip(runs, time_in_rounds(runs, rounds, timer).values(),
+            for ((timed, shape, man), _fn), stats in zip(runs, time_in_rounds(runs, rounds, timer, settle).values(),
                                                          strict=True):
                 if isinstance(stats, Exception):
                     if is_sticky_cuda_error(stats):

@@ -98,6 +98,9 @@ def register(app: typer.Typer) -> None:
                                                  "timed in together, ours first then last, samples pooled (default 4 "
                                                  "with baselines, else 1): a card at its power cap clocks down "
                                                  "whatever runs first"),
+                      settle: float = typer.Option(0.0, help="seconds the first kernel of each shape runs untimed "
+                                                   "before its rounds, so that the card's clock settles under its "
+                                                   "power cap first (default 0: none)"),
                       timeout: float = typer.Option(600.0, help="seconds before the worker is killed"),
                       doc: str = typer.Option(None, help="report: the markdown file to write (e.g. docs/performance.md)")
                       ) -> None:
@@ -109,6 +112,8 @@ def register(app: typer.Typer) -> None:
             _positive("--min-time", min_time)
         if rounds is not None and rounds < 1:
             raise UsageError("--rounds must be at least 1")
+        if not (settle >= 0 and settle != float("inf")):  # NaN fails the first test
+            raise UsageError(f"--settle {settle:g}: must be a number of seconds, 0 or more")
         from flashgen.harness.bench import BENCH_ROUNDS
 
         rounds = rounds if rounds is not None else (BENCH_ROUNDS if baselines else 1)
@@ -122,7 +127,7 @@ def register(app: typer.Typer) -> None:
         flex_mode = "off" if not flex else (flex_compile or ("dynamic" if suite and not dirs else "static"))
         if suite and not dirs:
             return _suite(suite, gpu, arch_path, select, compile_only, jobs, out, baselines, flex_mode,
-                          0.1 if min_time is None else min_time, timeout, rounds)
+                          0.1 if min_time is None else min_time, timeout, rounds, settle)
         for name, given in (("--gpu", gpu), ("--arch-path", arch_path), ("--select", select), ("--jobs", jobs)):
             if given is not None:
                 raise UsageError(f"{name} applies to a suite built from our kernels (--suite fa2 without kernel directories)")
@@ -177,7 +182,7 @@ def register(app: typer.Typer) -> None:
                 raise FlashgenError("no kernel passed verification; nothing timed")
             result = worker.call("flashgen.harness.bench:bench_kernels", timeout_s=timeout, kernels=runnable,
                                  shapes=shape_list, baselines=baselines, min_time_s=min_time, flex=flex_mode,
-                                 rounds=rounds)
+                                 rounds=rounds, settle_s=settle)
         if not result.ok:
             store.add_event(run_id, "bench", {"error": result.error})
             store.finish_run(run_id, "failed", {"error": result.error})
@@ -347,7 +352,7 @@ def _write_text(path: Path, text: str) -> None:
 
 def _suite(suite: str, gpu: str | None, arch_path: str | None, select: str | None, compile_only: bool,
            jobs: int | None, out: str | None, baselines: bool, flex_mode: str, min_time: float, timeout: float,
-           rounds: int = 1) -> None:
+           rounds: int = 1, settle_s: float = 0.0) -> None:
     """`flashgen bench --suite fa2 [--gpu] [--arch-path] [--compile-only]`: our kernels, built for the suite."""
     from flashgen.harness import suite as suite_mod
     from flashgen.harness.bench import default_output_path
@@ -395,6 +400,7 @@ def _suite(suite: str, gpu: str | None, arch_path: str | None, select: str | Non
     _write_text(path, "{}")  # fail early on an unwritable path, not after minutes of timing
     result = suite_mod.run_suite(gpu, suite, arch_path, select=select, baselines=baselines, flex=flex_mode,
                                  min_time_s=min_time, jobs=jobs, job_timeout_s=timeout, out=path, rounds=rounds,
+                                 settle_s=settle_s,
                                  progress=lambda msg: console.print(msg, style="dim"))
     for line in suite_mod.summary_lines(result):
         console.print(line)

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Prepared in session 23 for session 24's first device call, from the repo root with carry [".whl", ".dev/hopper"]
+# (build first on the CPU: python benchmarks/kernel_dev/hopper_build.py .dev/hopper cur_causal_bf16_d128_128x128s2
+# cur_causal_bf16_d64_192x128s2 R2_causal_bf16_d128_128x128s2 R2_causal_bf16_d64_192x128s2).
+# Session 23 read R2 against cur at causal 4k three times: the kernel listed first in `flashgen bench` read 1-5 %
+# faster each time, though time_in_rounds reverses the order every other round. Here one kernel against its twin
+# (the same source, renamed; compiled on the device), both orders:
+#   1. without settling: predicted the first-listed 2-5 % faster at causal 4k (d64 and d128), level at N = 512;
+#   2. with --settle 0.3 (the first kernel untimed for 0.3 s before each shape's rounds): predicted within 1 %.
+# If 2 holds, R2 against cur with --settle, both orders (session 23: +1.5 % at 512, about -2 % at 4k averaged over
+# the swap); and --settle becomes the CLI's default (with the suites' settings recording it).
+set -u
+export FLASHGEN_GIT_COMMIT=${FLASHGEN_GIT_COMMIT:-unknown}
+. benchmarks/device_prelude.sh || exit 1
+scratch /tmp/s24 "${BUDGET:-560}"
+trap 'tar -czf "$OUT/call1.tgz" -C "$W" .' EXIT
+for k in causal_bf16_d128_128x128s2 causal_bf16_d64_192x128s2; do
+  rm -rf "$W/twin_$k"; mkdir -p "$W/twin_$k"
+  sed "s/fg_cur_$k/fg_twin_$k/g" ".dev/hopper/cur_$k/kernel.cu" > "$W/twin_$k/kernel.cu"
+  sed "s/fg_cur_$k/fg_twin_$k/g" ".dev/hopper/cur_$k/manifest.json" > "$W/twin_$k/manifest.json"
+done
+SHAPES="B=4,H=32,N=4096,M=4096,D=64;B=32,H=32,N=512,M=512,D=64;B=4,H=16,N=4096,M=4096,D=128;B=32,H=16,N=512,M=512,D=128"
+bench() {  # NAME SETTLE KERNEL_DIR...
+  local name=$1 settle=$2; shift 2
+  timeout -k 10 "$(cap 90 20)" python3 -m flashgen.cli bench "$@" --shapes "$SHAPES" --no-flex --min-time 0.2 \
+    --rounds 4 --settle "$settle" --out "$W/$name.json" > "$W/$name.log" 2>&1
+  echo "[$SECONDS s] $name: exit $?"; grep "fg_" "$W/$name.log" | grep -v "  -  "
+}
+CUR=".dev/hopper/cur_causal_bf16_d128_128x128s2 .dev/hopper/cur_causal_bf16_d64_192x128s2"
+TWIN="$W/twin_causal_bf16_d128_128x128s2 $W/twin_causal_bf16_d64_192x128s2"
+bench twin-first-s0 0 $CUR $TWIN
+bench twin-second-s0 0 $TWIN $CUR
+bench twin-first-s03 0.3 $CUR $TWIN
+bench twin-second-s03 0.3 $TWIN $CUR
+R2=".dev/hopper/R2_causal_bf16_d128_128x128s2 .dev/hopper/R2_causal_bf16_d64_192x128s2"
+bench r2-second-s03 0.3 $CUR $R2
+bench r2-first-s03 0.3 $R2 $CUR
