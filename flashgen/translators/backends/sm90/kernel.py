@@ -251,17 +251,6 @@ def validate(plan: KernelPlan) -> None:
         raise UsageError(f"{plan.name}: split-KV decode runs on the sm80 path")
 
 
-def distance_term(plan: KernelPlan) -> dict | None:
-    """The score function whose distance term the template treats tile by tile (plan.DistanceTerm): its index among
-    the score functions, its name and the term, where exactly one has one (and no shared key-only term, which the
-    template writes into the expression in place of the call). None otherwise."""
-    found = [(i, mod) for i, mod in enumerate(plan.score_mods) if mod.distance is not None]
-    if len(found) != 1 or found[0][1].key_terms:
-        return None
-    index, mod = found[0]
-    return dict(index=index, mod=mod.name, term=mod.distance)
-
-
 @cache
 def _environment() -> jinja2.Environment:
     # this path's templates, then the shared ones it imports macros from (key_terms.cu.j2)
@@ -282,10 +271,9 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
         producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers], ctas_per_sm=ctas_per_sm(plan),
         paired_m_tiles=PAIRED_M_TILES,
-        reverse_m=plan.variant.causal, **score_units(plan, fold_factors=True), l2_group_bytes=plan.target.l2_bytes // 2,
+        reverse_m=plan.variant.causal, **score_units(plan, score_forms=True), l2_group_bytes=plan.target.l2_bytes // 2,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
         **v_names(plan), **shared_terms, key_limits=key_limits(plan) if options["row_key_limits"] else {},
-        distance=distance_term(plan),
     )
     source = inline_headers(_environment().get_template("attention_fwd.cu.j2").render(**context), INCLUDE_DIRS)
     manifest = KernelManifest(
