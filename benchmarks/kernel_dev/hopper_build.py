@@ -303,16 +303,20 @@ _COLMASK = """__device__ __forceinline__ uint32_t fg_colmask(int k) {
 
 
 def mask_from_bits(source: str) -> str:
-    """R2: the row_key_limits mask (key_hi0 / key_hi1, no lower limit, BLOCK_N <= 128) as one bit a score of a mask
-    built per row and tile."""
+    """R2: the row_key_limits mask (key_hi0 / key_hi1, and key_lo0 / key_lo1 where a window has them; BLOCK_N <=
+    128) as one bit a score of a mask built per row and tile: the prefix below key_hi less the prefix below key_lo."""
     assert "constexpr int BLOCK_N = 128;" in source or "constexpr int BLOCK_N = 64;" in source, "BLOCK_N <= 128"
-    hi1 = "      const int key_hi1 = "
-    assert source.count(hi1) == 1 and "key_lo0" not in source
-    start = source.index(hi1)
+    lo = "key_lo0" in source
+    last = "      const int key_lo1 = " if lo else "      const int key_hi1 = "
+    assert source.count(last) == 1
+    start = source.index(last)
     end = source.index("\n", start) + 1
-    source = (source[:end] + "      const uint32_t vis0 = fg_colmask(key_hi0), vis1 = fg_colmask(key_hi1);  // R2\n"
-              + source[end:])
-    old = "          if constexpr (MASK) visible = (i >> 2) * 8 + (i & 1) < ((i & 2) ? key_hi1 : key_hi0);\n"
+    build = ("      const uint32_t vis0 = fg_colmask(key_hi0) & ~fg_colmask(key_lo0), "
+             "vis1 = fg_colmask(key_hi1) & ~fg_colmask(key_lo1);  // R2\n" if lo else
+             "      const uint32_t vis0 = fg_colmask(key_hi0), vis1 = fg_colmask(key_hi1);  // R2\n")
+    source = source[:end] + build + source[end:]
+    old = ("          if constexpr (MASK) visible = (i >> 2) * 8 + (i & 1) < ((i & 2) ? key_hi1 : key_hi0)"
+           + (" && (i >> 2) * 8 + (i & 1) >= ((i & 2) ? key_lo1 : key_lo0);\n" if lo else ";\n"))
     assert source.count(old) == 1
     source = source.replace(old, "")
     # the bits tested in order, a row at a time, after the scores: so ptxas moves them to predicates with R2P

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepared in session 23 for session 24's first device call, from the repo root with carry [".whl", ".dev/hopper"]
 # (build first on the CPU: python benchmarks/kernel_dev/hopper_build.py .dev/hopper cur_causal_bf16_d128_128x128s2
-# cur_causal_bf16_d64_192x128s2 R2_causal_bf16_d128_128x128s2 R2_causal_bf16_d64_192x128s2).
+# cur_causal_bf16_d64_192x128s2 R2_causal_bf16_d128_128x128s2 R2_causal_bf16_d64_192x128s2 cur_window256_bf16_d128
+# R2_window256_bf16_d128).
 # Session 23 read R2 against cur at causal 4k three times: the kernel listed first in `flashgen bench` read 1-5 %
 # faster each time, though time_in_rounds reverses the order every other round. Here one kernel against its twin
 # (the same source, renamed; compiled on the device), both orders:
@@ -9,6 +10,9 @@
 #   2. with --settle 0.3 (the first kernel untimed for 0.3 s before each shape's rounds): predicted within 1 %.
 # If 2 holds, R2 against cur with --settle, both orders (session 23: +1.5 % at 512, about -2 % at 4k averaged over
 # the swap); and --settle becomes the CLI's default (with the suites' settings recording it).
+# Then R2 on window 256 (bf16 d128; the variants suite's kernel, 0.89 of plain by its roofline share in session
+# 23): two of a row block's three key tiles are masked there, each score tested against both limits (two ISETP);
+# R2 takes the key-tile loop 787 -> 722 instructions (128 ISETP -> 8 R2P and ~16 others). Predicted +5..8 %.
 set -u
 export FLASHGEN_GIT_COMMIT=${FLASHGEN_GIT_COMMIT:-unknown}
 . benchmarks/device_prelude.sh || exit 1
@@ -35,3 +39,6 @@ bench twin-second-s03 0.3 $TWIN $CUR
 R2=".dev/hopper/R2_causal_bf16_d128_128x128s2 .dev/hopper/R2_causal_bf16_d64_192x128s2"
 bench r2-second-s03 0.3 $CUR $R2
 bench r2-first-s03 0.3 $R2 $CUR
+W256="B=4,H=16,N=4096,M=4096,D=128;B=1,H=16,N=16384,M=16384,D=128"
+SHAPES=$W256 bench window-r2-second-s03 0.3 .dev/hopper/cur_window256_bf16_d128 .dev/hopper/R2_window256_bf16_d128
+SHAPES=$W256 bench window-r2-first-s03 0.3 .dev/hopper/R2_window256_bf16_d128 .dev/hopper/cur_window256_bf16_d128
