@@ -44,6 +44,8 @@ def test_softcap_and_alibi_are_found_in_the_library_programs_as_the_rules_write_
     ("s - 0.5 * abs(q_idx - k_idx)", DistanceTerm(rest="s", weight="-0.5f", offset="0")),
     ("s + 0.25 * abs(k_idx - q_idx - 3)", DistanceTerm(rest="s", weight="0.25f", offset="3")),
     ("2 * s - 0.5 * abs(q_idx - k_idx)", DistanceTerm(rest="2.0f * s", weight="-0.5f", offset="0")),
+    ("s - 0.5 * abs(q_idx - k_idx + M - N)", DistanceTerm(rest="s", weight="-0.5f", offset="diag")),
+    ("s - 0.5 * abs(q_idx - k_idx + 0.5)", None),  # not an integer: a tile's side is tested on integers
     ("s - 0.5 * abs(2 * q_idx - k_idx)", None),  # not a distance: q_idx twice
     ("s - 0.5 * abs(q_idx + k_idx)", None),
     ("s - s * abs(q_idx - k_idx)", None),  # its weight reads the score

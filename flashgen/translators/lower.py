@@ -42,10 +42,10 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from flashgen import operators
 from flashgen.abi import KernelManifest
 from flashgen.errors import UsageError
 from flashgen.targets import Target, resolve_target
-from flashgen import operators
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.printer import format_expr, format_program
 from flashgen.translators import tiles
@@ -68,13 +68,13 @@ from flashgen.translators.cexpr import (
 from flashgen.translators.plan import (
     POSITION_NAMES,
     SIZE_C,
+    DistanceTerm,
+    FactoredScore,
     KernelPlan,
     KeyRange,
     Normalization,
     NormKind,
     Prologue,
-    DistanceTerm,
-    FactoredScore,
     ScoreMod,
     alibi_slope_c,
     expression_names,
@@ -835,7 +835,8 @@ class _Lowering:
     def distance_term(self, poly: Poly, stmt: Any) -> DistanceTerm | None:
         """The score function as rest + weight * |q_idx + offset - k_idx| (plan.DistanceTerm) where exactly one term
         of its normal form holds abs() of such a distance (q_idx and k_idx with opposite unit coefficients, the
-        offset block-invariant) times block-invariant factors alone: ALiBi's. None otherwise."""
+        offset a block-invariant integer: a template tests a tile's side on integers) times block-invariant factors
+        alone: ALiBi's. None otherwise."""
         invariant = self.invariant_names()
         found = []
         for factors, coef in poly.terms.items():
@@ -850,7 +851,8 @@ class _Lowering:
                 offset = Poly({f: c * sign for f, c in arg.terms.items()
                                if f not in ((("q_idx", 1),), (("k_idx", 1),))}, dict(arg.atoms))
                 others = [poly.atoms[k] for k, _ in factors if k != key]
-                if _names(from_poly(offset)) <= invariant and all(_names(a) <= invariant for a in others):
+                integer = not offset.terms or not self.is_float(from_poly(offset))
+                if integer and _names(from_poly(offset)) <= invariant and all(_names(a) <= invariant for a in others):
                     found.append((factors, coef, key, offset))
         if len(found) != 1:
             return None
