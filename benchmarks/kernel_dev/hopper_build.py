@@ -215,10 +215,11 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              "AL": dict(transform=lambda source: alibi_float_distance(source), only=lambda plan: plan.variant.alibi),
              "AL3": dict(transform=lambda source: alibi_sided(source), only=lambda plan: plan.variant.alibi),
              # Session 23: R2 = the diagonal tile's mask from a bit mask of each row's visible columns, built once a
-             # tile (fg_colmask: about ten integer ops a row), each score's test one bit of it (ptxas's R2P moves
-             # seven bits into predicates at once) where it was an ISETP against the row's limit and an FSEL: session
-             # 17's ncu had the masked tile at 3 ops an element against cuDNN's ~1.5, at causal d64 N = 512.
-             "R2": dict(transform=lambda source: mask_from_bits(source), only=lambda plan: plan.variant.causal)}
+             # tile (a few integer ops a row), each score's test one bit of it (ptxas's R2P moves seven bits into
+             # predicates at once) where it was an ISETP against the row's limit and an FSEL: session 17's ncu had
+             # the masked tile at 3 ops an element against cuDNN's ~1.5, at causal d64 N = 512. Measured as a
+             # transform of the source; now production's bit_masks switch, which renders the same SASS loops.
+             "R2": dict(options=dict(bit_masks=True), only=lambda plan: plan.variant.causal)}
 RUN = ("cur",)  # the schedules built by default
 
 
@@ -291,50 +292,6 @@ def alibi_sided(source: str) -> str:
         "      else if (d_lo < 0 && d_hi > 0) elementwise(std::false_type{}, std::false_type{});\n"
         "      else elementwise(std::false_type{}, std::true_type{});\n"))
     return source
-
-
-_COLMASK = """__device__ __forceinline__ uint32_t fg_colmask(int k) {
-  // bit 2j + c (the thread's column 8j + c of the tile, past its first, 2t) set where 8j + c < k: the thread's
-  // visible columns are a prefix of that order, n = 2 floor(k / 8) + min(k % 8, 2) long
-  const int n = k <= 0 ? 0 : (k >> 3) * 2 + min(k & 7, 2);
-  return n >= 32 ? 0xffffffffu : (1u << n) - 1u;
-}
-"""
-
-
-def mask_from_bits(source: str) -> str:
-    """R2: the row_key_limits mask (key_hi0 / key_hi1, and key_lo0 / key_lo1 where a window has them; BLOCK_N <=
-    128) as one bit a score of a mask built per row and tile: the prefix below key_hi less the prefix below key_lo."""
-    assert "constexpr int BLOCK_N = 128;" in source or "constexpr int BLOCK_N = 64;" in source, "BLOCK_N <= 128"
-    lo = "key_lo0" in source
-    last = "      const int key_lo1 = " if lo else "      const int key_hi1 = "
-    assert source.count(last) == 1
-    start = source.index(last)
-    end = source.index("\n", start) + 1
-    build = ("      const uint32_t vis0 = fg_colmask(key_hi0) & ~fg_colmask(key_lo0), "
-             "vis1 = fg_colmask(key_hi1) & ~fg_colmask(key_lo1);  // R2\n" if lo else
-             "      const uint32_t vis0 = fg_colmask(key_hi0), vis1 = fg_colmask(key_hi1);  // R2\n")
-    source = source[:end] + build + source[end:]
-    old = ("          if constexpr (MASK) visible = (i >> 2) * 8 + (i & 1) < ((i & 2) ? key_hi1 : key_hi0)"
-           + (" && (i >> 2) * 8 + (i & 1) >= ((i & 2) ? key_lo1 : key_lo0);\n" if lo else ";\n"))
-    assert source.count(old) == 1
-    source = source.replace(old, "")
-    # the bits tested in order, a row at a time, after the scores: so ptxas moves them to predicates with R2P
-    # (tested inside the score loop, two rows interleaved, it took one LOP3 a score, as the ISETP was)
-    end = "          acc_s[i] = visible ? s : -INFINITY;\n        }\n"
-    assert source.count(end) == 1
-    source = source.replace(end, end + (
-        "        if constexpr (MASK) {  // R2\n"
-        "#pragma unroll\n"
-        "          for (int h = 0; h < 2; ++h) {\n"
-        "            const uint32_t vis = h ? vis1 : vis0;\n"
-        "#pragma unroll\n"
-        "            for (int b = 0; b < BLOCK_N / 4; ++b)\n"
-        "              if (!(vis & (1u << b))) acc_s[(b >> 1) * 4 + h * 2 + (b & 1)] = -INFINITY;\n"
-        "          }\n"
-        "        }\n"))
-    head, sep, rest = source.partition("\nnamespace ")
-    return head + "\n" + _COLMASK + sep + rest
 
 
 def exp2_half_on_fma(source: str) -> str:

@@ -2,7 +2,7 @@
 # Prepared in session 23 for session 24's first device call, from the repo root with carry [".whl", ".dev/hopper"]
 # (build first on the CPU: python benchmarks/kernel_dev/hopper_build.py .dev/hopper cur_causal_bf16_d128_128x128s2
 # cur_causal_bf16_d64_192x128s2 R2_causal_bf16_d128_128x128s2 R2_causal_bf16_d64_192x128s2 cur_window256_bf16_d128
-# R2_window256_bf16_d128).
+# R2_window256_bf16_d128; R2 = production's bit_masks switch, off by default: kernel.schedule).
 # Session 23 read R2 against cur at causal 4k three times: the kernel listed first in `flashgen bench` read 1-5 %
 # faster each time, though time_in_rounds reverses the order every other round. Here one kernel against its twin
 # (the same source, renamed; compiled on the device), both orders:

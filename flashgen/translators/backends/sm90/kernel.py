@@ -19,7 +19,7 @@ from flashgen.errors import UsageError
 from flashgen.translators.backends.base import SHARED_TEMPLATES, positions_per_score, score_exprs, score_units
 from flashgen.translators.backends.headers import inline_headers
 from flashgen.translators.backends.sm90.wgmma import wrappers
-from flashgen.translators.plan import KernelPlan, padded_head_dim, substitute_name
+from flashgen.translators.plan import KernelPlan, NormKind, padded_head_dim, substitute_name
 from flashgen.variant import DType, head_dims_tag
 
 HERE = Path(__file__).parent
@@ -115,6 +115,12 @@ def schedule(plan: KernelPlan) -> dict:
                    # key's position and `visible` per score: H100, bf16, window 256 d128 +1..3 % at N = 512 .. 16k,
                    # causal d64 192x128 +1..2 % at N <= 1k, causal d64 128x128 and d128 level (NOTES.md, session 18)
                    row_key_limits=True,
+                   # those limits as a bit mask a row (fg::rows::visible_prefix), each score one bit, tested in
+                   # order after the scores so that ptxas moves them to predicates seven at once (R2P): the masked
+                   # loop's ISETP a score (two with a window) gone; causal bf16 d64 / d128 +1.5 % at N = 512 on an
+                   # H100, at 4k -5 / +1 / -5 % with the kernel listed first reading faster each time (NOTES.md,
+                   # session 23). Off until measured with --settle (benchmarks/kernel_dev/session24_call1.sh).
+                   bit_masks=False,
                    # odd rounds of the persistent walk in reverse CTA order (fg::block::round_tile): causal bf16
                    # d256 +7 / +8 / +9 % at N = 2k / 4k / 16k, d128 +6 % at 16k, d64 +1.5 %, plain and window 256
                    # level (NOTES.md, session 11)
@@ -150,6 +156,9 @@ def schedule(plan: KernelPlan) -> dict:
     # not beside two shared key terms (64 registers of them): ptxas then spills 88 bytes, not 48 (causal bf16 d128
     # with a length mask, session 18); every other causal, window and ALiBi / softcap / GQA kernel keeps its count
     options["row_key_limits"] = options["row_key_limits"] and plan.key_range is not None and shared_terms < 2
+    # 32 bits a row (key tiles of up to 128), and a masked score -inf (softmax's; the other normalizations store p)
+    options["bit_masks"] = (options["bit_masks"] and options["row_key_limits"] and plan.block_n <= 128
+                            and plan.norm.kind is NormKind.softmax)
     fits = [c for c in range(options["o_stage_chunks"], 0, -1)
             if (c == chunks(plan.dv) or options["o_chunked"])
             and smem_bytes(plan, c, options["overlap_tiles"]) <= cta_smem_limit(plan)]
@@ -192,11 +201,11 @@ _SCHEDULE_OVERRIDES: dict = {}
 @contextmanager
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
-    share_key_terms, row_key_limits, grid_groups, snake_rounds, l2_groups, l2_group_rounds, causal_pairs,
+    share_key_terms, row_key_limits, bit_masks, grid_groups, snake_rounds, l2_groups, l2_group_rounds, causal_pairs,
     tiles_from_producer, overlap_tiles, pingpong) in place of the
     defaults, as development builds and the tests of an unmeasured switch do."""
     unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "row_key_limits",
-                              "grid_groups", "snake_rounds", "l2_groups", "l2_group_rounds", "causal_pairs",
+                              "bit_masks", "grid_groups", "snake_rounds", "l2_groups", "l2_group_rounds", "causal_pairs",
                               "tiles_from_producer", "overlap_tiles", "pingpong"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
