@@ -199,21 +199,10 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # pair at d128 against 2048 of tensor time; a quarter of them moved. Session 22 measured EX -11..-13 %
              # on softcap and -12..-22 % on d64, SC +2..4 %, SCEX below SC (NOTES.md).
              "EX": dict(transform=lambda source: exp2_half_on_fma(source)),  # defined below
-             # SC = softcap's constants folded (softcap30 only): tanh(s * (scale / 30)) stored, and 30 * log2(e) as
-             # the softmax's multiplier, where each score took four multiplies (by scale, 1/30, 30 and log2 e) and
-             # exp2's FFMA by 1: three fewer FP32 ops a score; SCEX = SC and EX
-             "SC": dict(transform=lambda source: softcap_folded(source), only=lambda plan: plan.variant.softcap == 30),
-             "SCEX": dict(transform=lambda source: exp2_half_on_fma(softcap_folded(source)),
-                          only=lambda plan: plan.variant.softcap == 30),
-             # Session 23: ALiBi's key-tile loop holds 1169 instructions against plain's 698 (SASS, bf16 d128): each
-             # score takes an IADD3, an I2FP (qpos + diag - kpos to float), an FMUL (by scale) and an FFMA, so at
-             # ~1170 x 8 warps / 4 schedulers ~2340 issue cycles against the tensor's ~2048, ALiBi is issue-bound
-             # (0.84x of plain). AL = the distance in float, the row's and tile's part once a tile (exact: integers
-             # under 2^24) plus each score's compile-time column offset: FADD, FMUL, FFMA. AL3 = AL, and on the
-             # tiles that lie wholly on one side of the diagonal |distance| is linear: the bias is one FFMA of the
-             # slope (signed by the side) and the column offset onto a per-row term, and the score one FFMA onto it.
-             "AL": dict(transform=lambda source: alibi_float_distance(source), only=lambda plan: plan.variant.alibi),
-             "AL3": dict(transform=lambda source: alibi_sided(source), only=lambda plan: plan.variant.alibi),
+             # Session 23: SC (softcap's constants folded), AL (ALiBi's distance in float) and AL3 (AL, linear on the
+             # key tiles on one side of the diagonal) were transforms of the source, measured in sessions 22-23 (NOTES.md;
+             # AL -2 %, SC and AL3 taken). SC and AL3 are production's score forms since aced350 (plan.FactoredScore,
+             # plan.DistanceTerm), so their anchors are gone from the source and the transforms with them.
              # Session 23: R2 = the diagonal tile's mask from a bit mask of each row's visible columns, built once a
              # tile (a few integer ops a row), each score's test one bit of it (ptxas's R2P moves seven bits into
              # predicates at once) where it was an ISETP against the row's limit and an FSEL: session 17's ncu had
@@ -221,77 +210,6 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # transform of the source; now production's bit_masks switch, which renders the same SASS loops.
              "R2": dict(options=dict(bit_masks=True), only=lambda plan: plan.variant.causal)}
 RUN = ("cur",)  # the schedules built by default
-
-
-def softcap_folded(source: str) -> str:
-    """SC: softcap 30's score as tanh(acc * (scale / 30)), the 30 and log2 e folded into the softmax's multiplier
-    (mult: the row max, the exp2 arguments and the LSE all read it), for a kernel rendered from Variant(softcap=30)."""
-    subs = {
-        "          float s = acc_s[i] * p.scale;\n"
-        "          s = 30.0f * fg::tanh_fast(s * 0.03333333333333333f);  // softcap\n"
-        "          s *= 1.4426950408889634f;\n":
-        "          float s = fg::tanh_fast(acc_s[i] * scale_softcap);  // SC: 30 * log2(e) is in mult\n",
-        "  const float mult = RAW_SCORES ? scale_log2 : 1.0f;  // turns a stored score into log2 units\n":
-        "  const float mult = 30.0f * 1.4426950408889634f;  // SC: a stored score is tanh(s / 30)\n"
-        "  const float scale_softcap = p.scale * 0.03333333333333333f;\n",
-    }
-    for old, new in subs.items():
-        assert source.count(old) == 1, old
-        source = source.replace(old, new)
-    return source
-
-
-_ALIBI = "          s = s - alibi_slope * fabsf((float)(qpos + diag - kpos));  // alibi\n"
-# qpos + diag - kpos of score i, less its per-thread, per-tile part (qk_f0): a compile-time integer
-_ALIBI_OFFSET = "(float)(((i >> 1) & 1) * 8 - (i >> 2) * 8 - (i & 1))"
-_ALIBI_BASE = "        const float qk_f0 = (float)(q_row0 + row0 + diag - k_row0 - 2 * t);\n"
-_ELEMENTWISE_LOOP = "        constexpr bool MASK = decltype(mask_tag)::value;\n#pragma unroll\n"
-
-
-def alibi_float_distance(source: str) -> str:
-    """AL: ALiBi's |qpos + diag - kpos| from a float base per tile and a compile-time offset per score."""
-    assert source.count(_ALIBI) == 1 and source.count(_ELEMENTWISE_LOOP) == 1
-    source = source.replace(_ELEMENTWISE_LOOP, _ELEMENTWISE_LOOP.replace("#pragma", _ALIBI_BASE + "#pragma"))
-    return source.replace(_ALIBI, f"          s = s - alibi_slope * fabsf(qk_f0 + {_ALIBI_OFFSET});  // AL\n")
-
-
-_SIDES = (
-    "      // the block's distances qpos + diag - kpos over this tile: [q_row0 + diag - k_row0 - (BLOCK_N - 1),\n"
-    "      // q_row0 + BLOCK_M - 1 + diag - k_row0]\n"
-    "      const int d_lo = q_row0 + diag - k_row0 - (BLOCK_N - 1), d_hi = d_lo + BLOCK_M + BLOCK_N - 2;\n"
-    "      const float side_slope = d_lo >= 0 ? -alibi_slope : alibi_slope;\n"
-    "      const float qk_side0 = (float)(q_row0 + row0 + diag - k_row0 - 2 * t);\n"
-    "      const float side_base = side_slope * qk_side0;\n"
-)
-
-def alibi_sided(source: str) -> str:
-    """AL3: AL where a tile straddles the diagonal or is masked; elsewhere the bias is linear in the column offset:
-    -slope * |x| = side_slope * x, side_slope = -slope below the diagonal (x >= 0 throughout), +slope above."""
-    source = alibi_float_distance(source)
-    head = "      auto elementwise = [&](auto mask_tag) {\n        constexpr bool MASK = decltype(mask_tag)::value;\n"
-    assert source.count(head) == 1
-    source = source.replace(head, _SIDES + "      auto elementwise = [&](auto mask_tag, auto side_tag) {\n"
-                            "        constexpr bool MASK = decltype(mask_tag)::value;\n"
-                            "        constexpr bool SIDED = decltype(side_tag)::value;\n")
-    body = f"          s = s - alibi_slope * fabsf(qk_f0 + {_ALIBI_OFFSET});  // AL\n"
-    assert source.count(body) == 1
-    source = source.replace(
-        "          float s = acc_s[i] * p.scale;\n" + body,
-        "          float s;\n"
-        "          if constexpr (SIDED) {\n"
-        f"            s = fmaf(acc_s[i], p.scale, fmaf(side_slope, {_ALIBI_OFFSET}, side_base));  // AL3\n"
-        "          } else {\n"
-        "            s = acc_s[i] * p.scale;\n"
-        f"  " + body +
-        "          }\n")
-    dispatch = ("      if ((false) || k_row0 + BLOCK_N > seqlen_k) elementwise(std::true_type{});\n"
-                "      else elementwise(std::false_type{});\n")
-    assert source.count(dispatch) == 1, "dispatch"
-    source = source.replace(dispatch, (
-        "      if ((false) || k_row0 + BLOCK_N > seqlen_k) elementwise(std::true_type{}, std::false_type{});\n"
-        "      else if (d_lo < 0 && d_hi > 0) elementwise(std::false_type{}, std::false_type{});\n"
-        "      else elementwise(std::false_type{}, std::true_type{});\n"))
-    return source
 
 
 def exp2_half_on_fma(source: str) -> str:
