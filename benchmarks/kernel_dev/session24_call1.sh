@@ -42,3 +42,7 @@ bench r2-first-s03 0.3 $R2 $CUR
 W256="B=4,H=16,N=4096,M=4096,D=128;B=1,H=16,N=16384,M=16384,D=128"
 SHAPES=$W256 bench window-r2-second-s03 0.3 .dev/hopper/cur_window256_bf16_d128 .dev/hopper/R2_window256_bf16_d128
 SHAPES=$W256 bench window-r2-first-s03 0.3 .dev/hopper/R2_window256_bf16_d128 .dev/hopper/cur_window256_bf16_d128
+# The GPU tests of the bit_masks switch (seven kernels under it, the harness's whole verification): never run yet.
+timeout -k 10 "$(cap 150 5)" python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 tests/test_bit_masks_gpu.py \
+  > "$W/pytest-bit-masks.log" 2>&1
+echo "[$SECONDS s] pytest bit_masks: exit $?"; tail -3 "$W/pytest-bit-masks.log"
