@@ -45,6 +45,8 @@ def key_tile_loop(ins):
     listing of every loop is printed beside it; where the compiler rotated the loop it can pick another."""
     with_both = [loop for loop in loops(ins) if any("HGMMA" in t and "tnspB" in t for t in loop[2])
                  and any("HGMMA" in t and "tnspB" not in t for t in loop[2])]
+    if not with_both:  # the sm80 / sm75 paths (mma.sync: HMMA, S and P V alike): the shortest loop with any
+        with_both = [loop for loop in loops(ins) if any(opcode(t).startswith("HMMA") for t in loop[2])]
     return min(with_both, key=lambda loop: len(loop[2]))
 
 
@@ -59,6 +61,7 @@ def main() -> int:
         print(f"{d.name}: {len(ins)} instructions")
         for start, end, body in loops(ins):
             print(f"  loop {start:#x}-{end:#x}: {len(body)} instructions, HGMMA {sum('HGMMA' in t for t in body)}, "
+                  f"HMMA {sum(opcode(t).startswith('HMMA') for t in body)}, "
                   f"MUFU {sum('MUFU' in t for t in body)}, float {sum(opcode(t).startswith(FLOAT_OPS) for t in body)}")
         start, end, body = key_tile_loop(ins)
         print(f"  key-tile loop: {start:#x}-{end:#x}, {len(body)} instructions")
