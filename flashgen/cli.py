@@ -12,15 +12,15 @@ import sys
 import typer
 import typer.core
 
+from flashgen import __version__
+from flashgen.console import APP_SETTINGS, error_line
+from flashgen.console import err as err_console
+from flashgen.errors import FlashgenError
+
 # click's exceptions as typer raises them: newer typer vendors click (typer._click), older typer uses click itself
 _click = getattr(typer.core, "_click", None) or importlib.import_module("click")
 _exceptions = _click.exceptions
 _NoArgsIsHelp = getattr(_exceptions, "NoArgsIsHelpError", None) or type("_NeverRaised", (Exception,), {})
-
-from flashgen import __version__
-from flashgen.console import err as err_console
-from flashgen.console import APP_SETTINGS, error_line
-from flashgen.errors import FlashgenError
 
 app = typer.Typer(no_args_is_help=True, **APP_SETTINGS,
                   help="Generate, check, verify and benchmark FlashAttention kernels.")

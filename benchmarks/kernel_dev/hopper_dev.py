@@ -58,7 +58,7 @@ def quick_check(kdir: Path, manifest, cubin: str) -> dict:
             m = n + 17
         gen = torch.Generator(device="cuda").manual_seed(int(time.time_ns()) % (1 << 31))
 
-        def make(rows):
+        def make(rows, layout=layout, b=b, h=h, gen=gen):
             if layout == "bhnd":
                 return torch.randn(b, h, rows, d, device="cuda", dtype=dt, generator=gen)
             return torch.randn(b, rows, h, d, device="cuda", dtype=dt, generator=gen).transpose(1, 2)
@@ -116,7 +116,7 @@ def bench(manifest, cubin: str, baselines: bool = True) -> list[dict]:
                               if baselines else ()):
             try:
                 with sdpa_kernel([backend]):
-                    fn = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    fn = lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
                     fn()
                     row[f"{name}_ms"] = triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
             except Exception as exc:  # a backend that does not take this shape is reported, not fatal

@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from flashgen.console import out as console
 from flashgen.console import APP_SETTINGS, styled
+from flashgen.console import out as console
 from flashgen.errors import FlashgenError, InputError, UsageError, read_text_input
 from flashgen.harness.bench_tables import print_bench, print_compiled
 

@@ -96,12 +96,12 @@ def _launch_all(spec_path: str) -> int:
         d, kvh = manifest.head_dim, max(1, h // manifest.variant.kv_group)
         bf16 = manifest.dtype.value == "bf16"
 
-        def rand(heads, rows, cols=d):
+        def rand(heads, rows, cols=d, bf16=bf16, dtype=manifest.dtype.value):
             x = rng.standard_normal((b, heads, rows, cols), dtype=cp.float32)
             if bf16:  # raw bf16 words, rounded to nearest even
                 u = x.view(cp.uint32)
                 return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
-            return x.astype(cp.float16 if manifest.dtype.value == "fp16" else cp.float32)
+            return x.astype(cp.float16 if dtype == "fp16" else cp.float32)
 
         dv = manifest.dv  # V's and O's head dim
         q, k, v = rand(h, n), rand(kvh, m), rand(kvh, m, dv)

@@ -31,8 +31,8 @@ from pydantic import BaseModel, Field
 
 from flashgen.errors import UsageError
 from flashgen.harness.bench import geomean, shape_text
-from flashgen.translators.params import TunedEntry, load_tuned, save_tuned, tuned_key
 from flashgen.tl_spec.ast import SizeParams
+from flashgen.translators.params import TunedEntry, load_tuned, save_tuned, tuned_key
 from flashgen.translators.search import CandidateRecord, build_sources, resolve_target, screen_candidates
 from flashgen.variant import DType, Shape, Variant
 

@@ -20,8 +20,8 @@ from lark.exceptions import (
 )
 from pydantic import ValidationError
 
-from flashgen.abi import DEFAULT_FILL
 from flashgen import operators
+from flashgen.abi import DEFAULT_FILL
 from flashgen.tl_spec import ast
 from flashgen.tl_spec.diagnostics import Diagnostic, TLSyntaxError
 from flashgen.variant import DType, Norm, Variant

@@ -102,8 +102,8 @@ def screen_candidates(variant: Variant, target, dtype: DType, head_dim: int,
     from flashgen.tl_spec import library, parse
     from flashgen.tl_spec.checker import check
     from flashgen.tl_spec.diagnostics import errors_only
-    from flashgen.translators.lower import check_translates
     from flashgen.translators.backends import backend_for
+    from flashgen.translators.lower import check_translates
     from flashgen.translators.params import default_group_heads
 
     target = resolve_target(target)
