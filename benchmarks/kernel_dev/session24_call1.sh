@@ -45,10 +45,12 @@ W256="B=4,H=16,N=4096,M=4096,D=128;B=1,H=16,N=16384,M=16384,D=128"
 SHAPES=$W256 bench window-r2-second-s03 0.3 .dev/hopper/cur_window256_bf16_d128 .dev/hopper/R2_window256_bf16_d128
 SHAPES=$W256 bench window-r2-first-s03 0.3 .dev/hopper/R2_window256_bf16_d128 .dev/hopper/cur_window256_bf16_d128
 # The GPU tests of the sm80 / sm75 softcap kernels the fold changed (kernel hashes: 16 in test_kernel_gpu, 15 in
-# test_turing_gpu, 29 head dims in test_fa2_grid_gpu, those last in call 2).
-timeout -k 10 "$(cap 120 200)" python3 -m pytest -m gpu -q -p no:cacheprovider -n 6 -k softcap \
-  tests/test_kernel_gpu.py tests/test_turing_gpu.py > "$W/pytest-fold.log" 2>&1
-echo "[$SECONDS s] pytest fold: exit $?"; tail -3 "$W/pytest-fold.log"
+# test_turing_gpu; 29 head dims in test_fa2_grid_gpu, those in a later call) and of the bit_masks switch (seven
+# kernels under it, never run yet), in one pytest.
+timeout -k 10 "$(cap 200 150)" python3 -m pytest -m gpu -q -p no:cacheprovider -n 6 \
+  tests/test_bit_masks_gpu.py tests/test_kernel_gpu.py tests/test_turing_gpu.py \
+  -k "test_bit_masks_gpu or (softcap and not alibi and (a100 or fp32 or turing))" > "$W/pytest-fold-bit-masks.log" 2>&1
+echo "[$SECONDS s] pytest fold and bit_masks: exit $?"; tail -3 "$W/pytest-fold-bit-masks.log"
 # Plain d64 at short rows on 128-row blocks (the 192-row block computes 576 rows for 512, 1152 for 1k), with and
 # without ping-pong (causal d64 takes both at N <= 1k): predicted PP +3..6 % at 512, +1..3 % at 1k; cur 128x128
 # level to +3 %. Session 4 (H200, before ping-pong and the TMA epilogue) read 128x128 -8..-12 %.
@@ -62,7 +64,3 @@ bench twin-second-s03 0.3 $TWIN $CUR
 R2=".dev/hopper/R2_causal_bf16_d128_128x128s2 .dev/hopper/R2_causal_bf16_d64_192x128s2"
 bench r2-second-s03 0.3 $CUR $R2
 bench r2-first-s03 0.3 $R2 $CUR
-# The GPU tests of the bit_masks switch (seven kernels under it, the harness's whole verification): never run yet.
-timeout -k 10 "$(cap 150 5)" python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 tests/test_bit_masks_gpu.py \
-  > "$W/pytest-bit-masks.log" 2>&1
-echo "[$SECONDS s] pytest bit_masks: exit $?"; tail -3 "$W/pytest-bit-masks.log"
