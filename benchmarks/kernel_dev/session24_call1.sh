@@ -41,6 +41,10 @@ bench() {  # NAME SETTLE KERNEL_DIR...
 }
 SHAPES=$FOLD bench fold-new-second-s03 0.3 $SM80/old_d128 $SM80/old_d64 $SM80/old_t4_d128 $SM80/new_d128 $SM80/new_d64 $SM80/new_t4_d128
 SHAPES=$FOLD bench fold-new-first-s03 0.3 $SM80/new_d128 $SM80/new_d64 $SM80/new_t4_d128 $SM80/old_d128 $SM80/old_d64 $SM80/old_t4_d128
+CUR=".dev/hopper/cur_causal_bf16_d128_128x128s2 .dev/hopper/cur_causal_bf16_d64_192x128s2"
+TWIN="$W/twin_causal_bf16_d128_128x128s2 $W/twin_causal_bf16_d64_192x128s2"
+bench twin-first-s0 0 $CUR $TWIN
+bench twin-first-s03 0.3 $CUR $TWIN
 W256="B=4,H=16,N=4096,M=4096,D=128;B=1,H=16,N=16384,M=16384,D=128"
 SHAPES=$W256 bench window-r2-second-s03 0.3 .dev/hopper/cur_window256_bf16_d128 .dev/hopper/R2_window256_bf16_d128
 SHAPES=$W256 bench window-r2-first-s03 0.3 .dev/hopper/R2_window256_bf16_d128 .dev/hopper/cur_window256_bf16_d128
@@ -56,10 +60,6 @@ echo "[$SECONDS s] pytest fold and bit_masks: exit $?"; tail -3 "$W/pytest-fold-
 # level to +3 %. Session 4 (H200, before ping-pong and the TMA epilogue) read 128x128 -8..-12 %.
 SHAPES="B=32,H=32,N=512,M=512,D=64;B=16,H=32,N=1024,M=1024,D=64" bench d64-short-s03 0.3 \
   .dev/hopper/cur_plain_bf16_d64_192x128s2 .dev/hopper/cur_plain_bf16_d64_128x128s2 .dev/hopper/PP_plain_bf16_d64_128x128s2
-CUR=".dev/hopper/cur_causal_bf16_d128_128x128s2 .dev/hopper/cur_causal_bf16_d64_192x128s2"
-TWIN="$W/twin_causal_bf16_d128_128x128s2 $W/twin_causal_bf16_d64_192x128s2"
-bench twin-first-s0 0 $CUR $TWIN
-bench twin-first-s03 0.3 $CUR $TWIN
 bench twin-second-s03 0.3 $TWIN $CUR
 R2=".dev/hopper/R2_causal_bf16_d128_128x128s2 .dev/hopper/R2_causal_bf16_d64_192x128s2"
 bench r2-second-s03 0.3 $CUR $R2
