@@ -42,11 +42,12 @@ bench() {  # NAME SETTLE KERNEL_DIR...
   echo "[$SECONDS s] $name: exit $?"; grep "fg_" "$W/$name.log" | grep -v "  -  "
 }
 SHAPES=$FOLD bench fold-new-second-s03 0.3 $SM80/old_d128 $SM80/old_d64 $SM80/old_t4_d128 $SM80/new_d128 $SM80/new_d64 $SM80/new_t4_d128
-timeout -k 10 "$(cap 150 70)" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 \
+timeout -k 10 "$(cap 150 "${PYTEST_RESERVE:-70}")" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 \
   tests/test_bit_masks_gpu.py tests/test_kernel_gpu.py tests/test_turing_gpu.py \
   -k "test_bit_masks_gpu or (softcap and not alibi and (a100 or fp32 or turing))" > "$W/pytest-fold-bit-masks.log" 2>&1
 echo "[$SECONDS s] pytest fold and bit_masks: exit $?"; tail -3 "$W/pytest-fold-bit-masks.log"
 CUR=".dev/hopper/cur_causal_bf16_d128_128x128s2 .dev/hopper/cur_causal_bf16_d64_192x128s2"
 TWIN="$W/twin_causal_bf16_d128_128x128s2 $W/twin_causal_bf16_d64_192x128s2"
+[ -n "${SKIP_TWIN:-}" ] && exit 0
 bench twin-first-s0 0 $CUR $TWIN
 bench twin-first-s03 0.3 $CUR $TWIN
