@@ -19,7 +19,8 @@
 # R2 takes the key-tile loop 787 -> 722 instructions (128 ISETP -> 8 R2P and ~16 others). Predicted +5..8 %.
 # Session 24 added, first: softcap's score fold on the sm80 / sm75 skeleton (plan.FactoredScore: tanh(acc * scale /
 # C) stored, C * log2 e the multiplier), .dev/sm80/{old,new}_{d64,d128,t4_d128}: `flashgen generate --gpu a100 (t4)
-# --dtype bf16 --softcap 30` before and after, renamed fg_old_* / fg_new_*, compiled for the GPU present. The
+# --dtype bf16 --softcap 30` before and after (main / branch s24-score-fold-skeleton: built by
+# benchmarks/kernel_dev/fold_kernels.sh), renamed fg_old_* / fg_new_*, compiled for the GPU present. The
 # skeleton's key-tile loop 1790 -> 1415 instructions at d128 (three FMUL a score fewer), 1517 -> 1151 at d64.
 # Predicted on the H100: +3..8 % at 4k, +2..5 % at 512 (the sm80 path there is bound by mma.sync and issue).
 set -u
