@@ -1,7 +1,8 @@
-"""The two forms of a score function the Hopper path treats specially (session 23), found by the lowering in the
+"""The two forms of a score function the templates treat specially (sessions 23-24), found by the lowering in the
 score function's normal form, whatever the TL calls it: softcap's `C * g(s * K)` (plan.FactoredScore: g stored, C in
-the softmax's multiplier, K in the scale) and ALiBi's `rest + w * |q + offset - k|` (plan.DistanceTerm: linear on the
-key tiles wholly on one side of the diagonal). The GPU tests of every softcap and ALiBi kernel check the numbers."""
+the softmax's multiplier, K in the scale; every path) and ALiBi's `rest + w * |q + offset - k|` (plan.DistanceTerm:
+linear on the key tiles wholly on one side of the diagonal; the Hopper path). The GPU tests of every softcap and
+ALiBi kernel check the numbers."""
 
 import re
 
@@ -80,17 +81,21 @@ def _source(variant: Variant, gpu: str) -> str:
     return translate(parse(library.render(variant, dtype="bf16", arch=get_target(gpu).arch)), gpu).source
 
 
-def test_the_hopper_path_stores_g_and_multiplies_by_c_in_the_exponent():
-    source = _source(Variant(softcap=30.0), "h200")
-    assert "float s = acc_s[i] * score_in;" in source and "const float score_in = p.scale * 3.333333333e-02f;" in source
+@pytest.mark.parametrize("gpu, stored", [("h200", "float s = acc_s[i] * score_in;"),
+                                         ("a100", "float s = acc_s[mt][nt][c] * score_in;"),
+                                         ("t4", "float s = acc_s[mt][nt][c] * score_in;")])
+def test_every_path_stores_g_and_multiplies_by_c_in_the_exponent(gpu, stored):
+    source = _source(Variant(softcap=30.0), gpu)
+    assert stored in source and "const float score_in = p.scale * 3.333333333e-02f;" in source
     (mult,) = re.findall(r"const float mult = RAW_SCORES \? scale_log2 : ([-+.e\d]+)f;", source)
     assert float(mult) == pytest.approx(30.0 * 1.4426950408889634, rel=1e-9)
     assert "30.0f * fg::tanh_fast" not in source  # the factor is in the multiplier alone, not also in the score
+    assert "s *= 1.4426950408889634f;" not in source  # nor log2 e: the multiplier holds it
+    # the LSE reads the same multiplier: the running max is in g's units
+    assert "row_max[" in source and "* mult" in source
     # with ALiBi after it, softcap's factor cannot leave the score: the whole form
-    both = _source(Variant(softcap=30.0, alibi=True), "h200")
+    both = _source(Variant(softcap=30.0, alibi=True), gpu)
     assert "score_in" not in both and "30.0f * fg::tanh_fast" in both
-    # the other paths keep the whole form
-    assert "score_in" not in _source(Variant(softcap=30.0), "a100")
 
 
 def test_the_hopper_path_takes_the_distance_term_linear_on_one_sided_tiles():

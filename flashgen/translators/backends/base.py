@@ -97,25 +97,27 @@ def positions_per_score(plan: KernelPlan, share_key_terms: bool = True) -> bool:
     exprs = score_exprs(plan, "0", share_key_terms)["score_exprs"]
     return any(expression_names(expr) & POSITION_NAMES for expr, _ in exprs)
 
-def score_units(plan: KernelPlan, score_forms: bool = False) -> dict:
+def score_units(plan: KernelPlan, distance_terms: bool = False) -> dict:
     """How a template turns a score into the softmax's log2 units, decided once for every path: `softmax`;
     `raw_scores`, no score function (a stored score is multiplied by scale * log2 e in each exponent's FFMA);
     `log2e_in_exponent`, score functions whose output (natural units) takes log2 e in that FFMA rather than in a
-    multiply of each score (ALiBi +2-5 %, `s + 0.25 * cos(k_idx)` with its shared term +2-5 % on the H200).
-    For a path that takes the score forms (`score_forms`: sm90; docs/translators.md), `score_fold` is the
-    plan.FactoredScore of a lone score function in that form, softcap's C * tanh(s / C): the template stores
-    tanh(acc * (scale / C)) and `score_out_log2`, C * log2 e, is the softmax's multiplier (softcap 30 bf16 d128
-    +13 / +5 % at 4k / 512 on an H100, 0.73 -> 0.81 of plain's TF/s); and `distance` the score function with a
-    plan.DistanceTerm (distance_form). Softcap unfolded keeps the multiply by log2 e: bound by the SFU, it measured
-    2-7 % slower with log2 e alone in the FFMA, in two runs (NOTES.md, sessions 10 and 23)."""
+    multiply of each score (ALiBi +2-5 %, `s + 0.25 * cos(k_idx)` with its shared term +2-5 % on the H200);
+    `score_fold`, the plan.FactoredScore of a lone score function in that form, softcap's C * tanh(s / C): the
+    template stores tanh(acc * (scale / C)) and `score_out_log2`, C * log2 e, is the softmax's multiplier (every
+    path; softcap 30 bf16 d128 on an H100: the sm90 path +13 / +5 % at 4k / 512, 0.73 -> 0.81 of plain's TF/s,
+    session 23; the sm80 / sm75 skeleton's key-tile loop 1790 -> 1415 instructions at d128, not yet timed or run
+    on a GPU: NOTES.md, session 24). `distance` is the score function with a plan.DistanceTerm (distance_form) for a
+    path that treats it tile by tile (`distance_terms`: sm90; docs/translators.md). Softcap unfolded keeps the
+    multiply by log2 e: bound by the SFU, it measured 2-7 % slower with log2 e alone in the FFMA, in two runs
+    (NOTES.md, sessions 10 and 23)."""
     softmax = plan.norm.kind is NormKind.softmax
     raw = softmax and not plan.score_mods
     mods = plan.score_mods
-    fold = mods[0].factored if score_forms and softmax and len(mods) == 1 and not mods[0].key_terms else None
+    fold = mods[0].factored if softmax and len(mods) == 1 and not mods[0].key_terms else None
     return dict(softmax=softmax, raw_scores=raw, score_fold=fold,
                 score_out_log2=fold.out_factor * math.log2(math.e) if fold else None,
                 log2e_in_exponent=softmax and not raw and (plan.variant.softcap is None or fold is not None),
-                distance=distance_form(plan) if score_forms else None)
+                distance=distance_form(plan) if distance_terms else None)
 
 
 def distance_form(plan: KernelPlan) -> dict | None:

@@ -280,7 +280,7 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         chunks=chunks(plan.head_dim), d_pad=padded_head_dim(plan.head_dim, plan.dtype.itemsize),
         producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers], ctas_per_sm=ctas_per_sm(plan),
         paired_m_tiles=PAIRED_M_TILES,
-        reverse_m=plan.variant.causal, **score_units(plan, score_forms=True), l2_group_bytes=plan.target.l2_bytes // 2,
+        reverse_m=plan.variant.causal, **score_units(plan, distance_terms=True), l2_group_bytes=plan.target.l2_bytes // 2,
         wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
         **v_names(plan), **shared_terms, key_limits=key_limits(plan) if options["row_key_limits"] else {},
     )
