@@ -21,24 +21,36 @@ scratch /tmp/measure 580
 FG="python3 -m flashgen.cli"
 STEPS=" ${STEPS:-hopper variants headdims mods scaling} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
+# A step's timeout keeps back what the wanted steps after it need at least (their floors) and 10 s for the tar, so
+# that a short budget or STEPS="hopper variants" gives the grid what the steps left out would have kept.
+ORDER="hopper variants headdims mods scaling"
+declare -A FLOOR=([hopper]=200 [variants]=90 [headdims]=60 [mods]=60 [scaling]=50)
+reserve() {  # STEP
+  local total=10 after="" step
+  for step in $ORDER; do
+    [ -n "$after" ] && want "$step" && total=$((total + FLOOR[$step]))
+    [ "$step" = "$1" ] && after=1
+  done
+  echo "$total"
+}
 if want hopper; then
-  timeout -k 10 "$(cap 240 260)" $FG bench --suite hopper --gpu h200 --min-time 0.1 --out "$W/hopper.json" > "$W/hopper.log" 2>&1
+  timeout -k 10 "$(cap 300 "$(reserve hopper)")" $FG bench --suite hopper --gpu h200 --min-time 0.1 --out "$W/hopper.json" > "$W/hopper.log" 2>&1
   echo "[$SECONDS s] hopper grid: exit $?"; tail -5 "$W/hopper.log"
 fi
 if want variants; then
-  timeout -k 10 "$(cap 90 170)" $FG bench --suite variants --gpu h200 --min-time 0.1 --out "$W/variants.json" > "$W/variants.log" 2>&1
+  timeout -k 10 "$(cap 100 "$(reserve variants)")" $FG bench --suite variants --gpu h200 --min-time 0.1 --out "$W/variants.json" > "$W/variants.log" 2>&1
   echo "[$SECONDS s] variants: exit $?"; tail -12 "$W/variants.log"
 fi
 if want headdims; then
-  timeout -k 10 "$(cap 90 120)" $FG bench --suite headdims --gpu h200 --min-time 0.1 --out "$W/headdims.json" > "$W/headdims.log" 2>&1
+  timeout -k 10 "$(cap 90 "$(reserve headdims)")" $FG bench --suite headdims --gpu h200 --min-time 0.1 --out "$W/headdims.json" > "$W/headdims.log" 2>&1
   echo "[$SECONDS s] head dims: exit $?"; tail -16 "$W/headdims.log"
 fi
 if want mods; then
-  timeout -k 10 "$(cap 60 130)" python3 benchmarks/mods_bench.py --gpu ${MODS_GPUS:-h200 a100} --out "$W/mods.json" > "$W/mods.log" 2>&1
+  timeout -k 10 "$(cap 60 "$(reserve mods)")" python3 benchmarks/mods_bench.py --gpu ${MODS_GPUS:-h200 a100} --out "$W/mods.json" > "$W/mods.log" 2>&1
   echo "[$SECONDS s] mods: exit $?"; grep -v -i warn "$W/mods.log" | tail -6
 fi
 if want scaling; then
-  timeout -k 10 "$(cap 200 10)" python3 benchmarks/library_scaling.py --skip-library --nvcc --nvcc-workers process,thread \
+  timeout -k 10 "$(cap 200 "$(reserve scaling)")" python3 benchmarks/library_scaling.py --skip-library --nvcc --nvcc-workers process,thread \
     --out "$W/scaling.json" > "$W/scaling.log" 2>&1
   echo "[$SECONDS s] nvcc scaling: exit $?"; grep "^nvcc" "$W/scaling.log"
 fi

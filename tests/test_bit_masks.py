@@ -1,6 +1,6 @@
 """CPU tests of the sm90 bit_masks switch (flashgen.translators.backends.sm90.kernel.schedule): a masked tile's
 row limits as one bit mask a row (fg::rows::visible_prefix), each score's visibility one bit, tested in order after
-the scores (ptxas: R2P). Off by default until measured with --settle (kernel.schedule says why); these check the
+the scores (ptxas: R2P). Off by default: measured with --settle, it did not pay (kernel.schedule says why); these check the
 bit rule itself on the CPU, what the switch renders, where it applies, and that ptxas keeps the kernels' wgmma
 asynchronous. The GPU half: tests/test_bit_masks_gpu.py."""
 

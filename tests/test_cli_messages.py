@@ -222,3 +222,18 @@ def test_help_prints_every_word_of_its_text(path):
     texts = [t.partition("\n\n")[0] if t is command.help else t for t in texts]  # the page shows its first paragraph
     missing = {word for text in texts for word in text.replace("`", "").split() if word not in output}
     assert not missing, f"{path} --help lost {sorted(missing)}"
+
+
+@pytest.mark.parametrize("given, expected", [((), "BENCH_SETTLE_S"), (("--settle", "0"), "0.0"),
+                                             (("--settle", "1.5"), "1.5")])
+def test_settle_defaults_to_the_benchmarks_constant(given, expected, tmp_path):
+    """Without --settle a suite settles the card for bench.BENCH_SETTLE_S (the twin A/B that chose it is in its
+    comment); --settle 0 turns settling off."""
+    from flashgen.harness.bench import BENCH_SETTLE_S
+
+    stub = ("import flashgen.harness.cli as c; "
+            "c._suite = lambda *a, **k: print('settle_s', float(a[-1])); ")
+    done = run("bench", "--suite", "hopper", *given, tmp_path=tmp_path, prelude=stub)
+    assert done.returncode == 0, done.stderr
+    want = BENCH_SETTLE_S if expected == "BENCH_SETTLE_S" else float(expected)
+    assert done.stdout.strip() == f"settle_s {want}", done.stdout

@@ -98,9 +98,9 @@ def register(app: typer.Typer) -> None:
                                                  "timed in together, ours first then last, samples pooled (default 4 "
                                                  "with baselines, else 1): a card at its power cap clocks down "
                                                  "whatever runs first"),
-                      settle: float = typer.Option(0.0, help="seconds the first kernel of each shape runs untimed "
+                      settle: float = typer.Option(None, help="seconds the first kernel of each shape runs untimed "
                                                    "before its rounds, so that the card's clock settles under its "
-                                                   "power cap first (default 0: none)"),
+                                                   "power cap first (default 0.3; 0: none)"),
                       timeout: float = typer.Option(600.0, help="seconds before the worker is killed"),
                       doc: str = typer.Option(None, help="report: the markdown file to write (e.g. docs/performance.md)")
                       ) -> None:
@@ -112,9 +112,11 @@ def register(app: typer.Typer) -> None:
             _positive("--min-time", min_time)
         if rounds is not None and rounds < 1:
             raise UsageError("--rounds must be at least 1")
-        if not (settle >= 0 and settle != float("inf")):  # NaN fails the first test
+        if settle is not None and not (settle >= 0 and settle != float("inf")):  # NaN fails the first test
             raise UsageError(f"--settle {settle:g}: must be a number of seconds, 0 or more")
-        from flashgen.harness.bench import BENCH_ROUNDS
+        from flashgen.harness.bench import BENCH_ROUNDS, BENCH_SETTLE_S
+
+        settle = BENCH_SETTLE_S if settle is None else settle
 
         rounds = rounds if rounds is not None else (BENCH_ROUNDS if baselines else 1)
         dirs = list(kernel_dirs or [])

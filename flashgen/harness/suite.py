@@ -30,6 +30,7 @@ from flashgen.harness.bench import (
     BASELINE_LABELS,
     BENCH_ROUNDS,
     BENCH_SEED,
+    BENCH_SETTLE_S,
     FLEX_MODES,
     SUITE_GRIDS,
     BenchEntry,
@@ -460,7 +461,7 @@ def toolchain_info() -> dict[str, Any]:
 def run_suite(gpu: str, suite: str = "fa2", arch_path: str | None = None, *, select: str | None = None,
               baselines: bool = True, flex: FlexMode = "dynamic", min_time_s: float = 0.1, jobs: int | None = None,
               job_timeout_s: float = 300.0, out: Path | None = None, rounds: int = BENCH_ROUNDS,
-              settle_s: float = 0.0, progress: Callable[[str], None] = lambda _msg: None) -> SuiteResult:
+              settle_s: float = BENCH_SETTLE_S, progress: Callable[[str], None] = lambda _msg: None) -> SuiteResult:
     """Build, compile (in parallel), verify on verify.QUICK_CASES and time every row beside the baselines, in `rounds`
     rounds (bench.time_in_rounds), after `settle_s` seconds of each kernel untimed (bench.settle_card). Writes `out`
     after every kernel, so a run cut short still leaves what it measured."""

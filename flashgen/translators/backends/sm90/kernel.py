@@ -119,7 +119,10 @@ def schedule(plan: KernelPlan) -> dict:
                    # order after the scores so that ptxas moves them to predicates seven at once (R2P): the masked
                    # loop's ISETP a score (two with a window) gone; causal bf16 d64 / d128 +1.5 % at N = 512 on an
                    # H100, at 4k -5 / +1 / -5 % with the kernel listed first reading faster each time (NOTES.md,
-                   # session 23). Off until measured with --settle (benchmarks/kernel_dev/session24_call1.sh).
+                   # session 23). Off: measured with --settle in both orders (H100, session 25), causal d64 / d128
+                   # +1.5..2 / +1 % at N = 512 but -2..4 / -1..2 % at 4k, window 256 d128 level (+-1.5 %, the first
+                   # listed faster at 16k) against the +5..8 % predicted: the ISETP it removes do not bind there.
+                   # Its GPU tests pass (tests/test_bit_masks_gpu.py, session 25).
                    bit_masks=False,
                    # odd rounds of the persistent walk in reverse CTA order (fg::block::round_tile): causal bf16
                    # d256 +7 / +8 / +9 % at N = 2k / 4k / 16k, d128 +6 % at 16k, d64 +1.5 %, plain and window 256
