@@ -210,7 +210,8 @@ BENCH_ROUNDS = 4
 #: seconds the first kernel of each shape runs untimed before its rounds (settle_card; the CLI's and the suite's
 #: default). The rounds alone left a bias: one kernel against its own renamed twin, the first listed read 2.3 %
 #: faster at causal bf16 d128 4k (H100, session 25; 1-5 % in three runs of session 23). With 0.3 s, both orders:
-#: +0.7 / -0.6 % at d128, -1.2 / +1.8 % at d64 (noise, no side), level at N = 512. It costs 0.3 s a shape.
+#: +0.7 / -0.6 % at d128, -1.2 / +1.8 % at d64 (noise, no side), level at N = 512. It costs 0.3 s a shape. Whether
+#: 0.3 s is long enough at 16k, past the dip after the boost: benchmarks/kernel_dev/settle_call.sh (NOTES, s25).
 BENCH_SETTLE_S = 0.3
 
 
