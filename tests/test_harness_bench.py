@@ -57,6 +57,8 @@ def test_rounds_alternate_who_goes_first_and_pool_the_samples():
     assert [s.reps for s in stats.values()] == [4, 4, 4] and all(s.rounds == 4 for s in stats.values())
     assert stats[0].median_ms == stats[2].median_ms == 6.5 and stats[1].median_ms == 6.5
     assert math.isclose(stats[0].host_ms_per_call, 0.5 * statistics.fmean([1, 6, 7, 12]))
+    # each round's median in round order: ours ran 1st, 6th, 7th and 12th, the last baseline the reverse
+    assert stats[0].round_medians_ms == [1.0, 6.0, 7.0, 12.0] and stats[2].round_medians_ms == [3.0, 4.0, 9.0, 10.0]
     one = time_in_rounds(runs[:1], 1, lambda fn: ([2.0, 1.0], 3.0))[0]
     assert (one.reps, one.median_ms, one.rounds) == (2, 1.5, 1)
 

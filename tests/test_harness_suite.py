@@ -13,10 +13,12 @@ from flashgen.harness.suite import (
     SuiteRow,
     build_expert_kernel,
     build_suite_kernels,
+    first_round_drift,
     interpreted_counts,
     render_markdown,
     suite_rows,
     summarize,
+    summary_lines,
     translation_target,
 )
 from flashgen.harness.verify import QUICK_CASES
@@ -113,6 +115,23 @@ def test_speedups_and_summary():
     assert math.isclose(s.geomean_speedup["sdpa_flash"], 1.0) and math.isclose(s.geomean_speedup["sdpa_cudnn"], 0.5)
     assert s.min_speedup["sdpa_cudnn"].value == 0.25 and "N=1024" in s.min_speedup["sdpa_cudnn"].shape
     assert s.compared == {"sdpa_flash": 2, "sdpa_cudnn": 2}
+
+
+def test_first_round_drift_reads_each_kernels_first_round_against_its_later_ones():
+    """Ours' first round 4 % slower than its later rounds on both shapes, cuDNN's level: the drift names ours alone
+    (the card's clock at the start of a shape), and rows without round medians (older results) are left out."""
+    result = _result("sm_80", {512: 1.0, 1024: 4.0})
+    timed = [r for r in result.rows if r.status == "timed"]
+    for row in timed:
+        ms = row.ours.stats.median_ms
+        row.ours.stats.round_medians_ms = [ms * 1.04, ms, ms * 0.99, ms * 1.01]
+        row.baselines["sdpa_cudnn"].stats.round_medians_ms = [1.0, 1.0, 1.0, 1.0]
+    drift = first_round_drift(result.rows)
+    assert set(drift) == {"ours", "sdpa_cudnn"}  # FLASH has no round medians here
+    assert math.isclose(drift["ours"], 1.04) and math.isclose(drift["sdpa_cudnn"], 1.0)
+    assert "  first round / later rounds (geomean, > 1: the first slower): ours 1.040, CUDNN 1.000" in summary_lines(result)
+    assert first_round_drift(_result("sm_80", {512: 1.0}).rows) == {}
+    assert not any("first round" in line for line in summary_lines(_result("sm_80", {512: 1.0})))
 
 
 def test_report_renders_tables_summaries_and_the_path_ratio(tmp_path):

@@ -48,9 +48,13 @@ class TimingStats(BaseModel):
     undertimed: bool = False
     note: str = ""
     rounds: int = Field(default=1, description="rounds the samples were gathered in (time_in_rounds), pooled")
+    round_medians_ms: list[float] = Field(default_factory=list, description=(
+        "each round's median, in the order the rounds ran (time_in_rounds): a first round slower or faster than "
+        "the others is the card's clock moving under its power cap, not the kernel"))
 
 
-def timing_stats(samples_ms: list[float], host_ms_per_call: float | None = None, rounds: int = 1) -> TimingStats:
+def timing_stats(samples_ms: list[float], host_ms_per_call: float | None = None, rounds: int = 1,
+                 round_medians_ms: list[float] | None = None) -> TimingStats:
     """Median and quartiles (inclusive method) of the event samples, and the under-timing verdict."""
     if not samples_ms:
         raise ValueError("no timing samples")
@@ -65,7 +69,7 @@ def timing_stats(samples_ms: list[float], host_ms_per_call: float | None = None,
             "work is running outside the timed stream" if flagged else "")
     return TimingStats(median_ms=median, q1_ms=q1, q3_ms=q3, min_ms=ordered[0], mean_ms=statistics.fmean(ordered),
                        reps=len(ordered), host_ms_per_call=host_ms_per_call, undertimed=flagged, note=note,
-                       rounds=rounds)
+                       rounds=rounds, round_medians_ms=list(round_medians_ms or []))
 
 
 def is_undertimed(event_ms: float, host_ms_per_call: float) -> bool:
@@ -220,9 +224,10 @@ def time_in_rounds(runs: list[tuple[Any, Callable[[], Any]]], rounds: int,
                    settle: Callable[[Callable[[], Any]], None] | None = None) -> dict[int, Any]:
     """Each (key, fn) of `runs` timed by `timer` in every one of `rounds` rounds, the runs in order in even rounds and
     in reverse in odd ones; per index of `runs`: TimingStats of the pooled samples (host time: the rounds' mean), or
-    the exception its timing raised (that run is not timed again). `settle`, where given, runs the first run untimed
-    before the first round (settle_card)."""
+    the exception its timing raised (that run is not timed again), with each round's median in round order.
+    `settle`, where given, runs the first run untimed before the first round (settle_card)."""
     samples: dict[int, list[float]] = {i: [] for i in range(len(runs))}
+    round_medians: dict[int, list[float]] = {i: [] for i in range(len(runs))}
     hosts: dict[int, list[float]] = {i: [] for i in range(len(runs))}
     failed: dict[int, Exception] = {}
     if settle is not None and runs:
@@ -241,8 +246,10 @@ def time_in_rounds(runs: list[tuple[Any, Callable[[], Any]]], rounds: int,
                 failed[i] = exc
                 continue
             samples[i] += got
+            round_medians[i].append(statistics.median(got))
             hosts[i].append(host_ms)
-    return {i: failed[i] if i in failed else timing_stats(samples[i], statistics.fmean(hosts[i]), rounds=rounds)
+    return {i: failed[i] if i in failed else timing_stats(samples[i], statistics.fmean(hosts[i]), rounds=rounds,
+                                                           round_medians_ms=round_medians[i])
             for i in range(len(runs))}
 
 

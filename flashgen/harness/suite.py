@@ -400,6 +400,20 @@ class PaddingCost(BaseModel):
     ratio: float = Field(description="tflops / native_tflops: below 1 the head dim runs less efficiently")
 
 
+def first_round_drift(rows: list[SuiteRow]) -> dict[str, float]:
+    """Per kernel label (ours, then each baseline): the geomean over the timed rows of the first round's median over
+    the median of the later rounds' (TimingStats.round_medians_ms; > 1: the first round read slower). A drift on
+    ours alone is the card's clock at the start of a shape (the boost after idle, or a dip after it: --settle),
+    not the kernel; rows timed in one round, or before round medians were recorded, are left out."""
+    ratios: dict[str, list[float]] = {}
+    for row in rows:
+        for label, entry in [("ours", row.ours), *row.baselines.items()]:
+            rounds = entry.stats.round_medians_ms if entry is not None and entry.stats is not None else []
+            if len(rounds) >= 2 and rounds[0] > 0:
+                ratios.setdefault(label, []).append(rounds[0] / statistics.median(rounds[1:]))
+    return {label: statistics.geometric_mean(r) for label, r in ratios.items()}
+
+
 def padding_costs(rows: list[SuiteRow]) -> list[PaddingCost]:
     """Per timed row at a non-native head dim: its TF/s over that of the timed row at the same dtype, variant and
     length and at its native head dim (flashgen.translators.plan.native_head_dim); rows without a timed partner are
@@ -745,6 +759,10 @@ def summary_lines(result: SuiteResult) -> list[str]:
         m = s.min_speedup[name]
         out.append(f"  × {BASELINE_LABELS.get(name, name)}: geomean {g:.3f}, min {m.value:.3f} at {m.shape} "
                    f"({s.compared[name]} shapes)")
+    drift = first_round_drift(result.rows)
+    if drift:
+        out.append("  first round / later rounds (geomean, > 1: the first slower): "
+                   + ", ".join(f"{BASELINE_LABELS.get(k, k)} {v:.3f}" for k, v in drift.items()))
     for c in padding_costs(result.rows):
         out.append(f"  d{c.head_dim} beside d{c.native_head_dim} ({c.dtype} {c.variant} N={c.n}): {c.tflops:.1f} / "
                    f"{c.native_tflops:.1f} TF/s = {c.ratio:.2f}")
