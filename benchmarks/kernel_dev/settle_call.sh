@@ -15,5 +15,13 @@ for s in 0 0.3 1 2; do
     echo "[$SECONDS s] $1 settle $s: exit $? $(grep -E 'fg_|cudnn' "$W/$1-s$s.log" | grep -v '  -  ' | tr -s ' ' | tr '\n' '|')"
   done
 done
+# each run's round medians (ms, round order) for ours and cuDNN: a slow first round on ours alone is the dip
+python3 - "$W" <<'PY'
+import json, pathlib, sys
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
+    for e in json.loads(f.read_text())["entries"]:
+        if e.get("stats") and (e["kind"] == "kernel" or e["name"] == "sdpa_cudnn"):
+            print(f.stem, e["name"], [round(x, 4) for x in e["stats"]["round_medians_ms"]])
+PY
 nvidia-smi --query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv
 tar czf "$OUT/settle.tgz" -C "$W" .
