@@ -105,8 +105,8 @@ def score_units(plan: KernelPlan, distance_terms: bool = False) -> dict:
     `score_fold`, the plan.FactoredScore of a lone score function in that form, softcap's C * tanh(s / C): the
     template stores tanh(acc * (scale / C)) and `score_out_log2`, C * log2 e, is the softmax's multiplier (every
     path; softcap 30 bf16 d128 on an H100: the sm90 path +13 / +5 % at 4k / 512, 0.73 -> 0.81 of plain's TF/s,
-    session 23; the sm80 / sm75 skeleton's key-tile loop 1790 -> 1415 instructions at d128, not yet timed or run
-    on a GPU: NOTES.md, session 24). `distance` is the score function with a plan.DistanceTerm (distance_form) for a
+    session 23; the sm80 / sm75 skeleton's key-tile loop 1790 -> 1415 instructions at d128, +0.3..1.9 % on an
+    H100, where that path is bound by the SFU and mma.sync: NOTES.md, sessions 24-25). `distance` is the score function with a plan.DistanceTerm (distance_form) for a
     path that treats it tile by tile (`distance_terms`: sm90; docs/translators.md). Softcap unfolded keeps the
     multiply by log2 e: bound by the SFU, it measured 2-7 % slower with log2 e alone in the FFMA, in two runs
     (NOTES.md, sessions 10 and 23)."""
