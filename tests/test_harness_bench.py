@@ -199,3 +199,72 @@ def test_every_kernel_of_a_shape_is_timed_in_the_same_rounds(monkeypatch):
     skipped = [e for e in report.entries if e.name == "fg_d64"]
     assert len(skipped) == 2 and all(e.skipped == "kernel is built for D=64" and not e.ok for e in skipped)
     assert all(e.tflops and e.tflops > 0 for e in report.entries if e.stats is not None)
+
+
+class _FakeCuda:
+    """cupy's few calls time_samples makes, on a fake clock: each event takes the clock's time when recorded, and a
+    call of the timed fn advances the clock by the kernel's time (the events' span) plus, on the host, whatever
+    else the call waits for."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        fake = self
+
+        class Event:
+            def record(self, stream=None):
+                self.t = fake.clock[0]
+
+        class Runtime:
+            @staticmethod
+            def getDeviceProperties(device):
+                return {"l2CacheSize": 1 << 20}
+
+            @staticmethod
+            def deviceSynchronize():
+                pass
+
+        class Device:
+            id = 0
+
+        class Stream:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+        self.Event, self.runtime, self.Device = Event, Runtime, Device
+        self.get_current_stream = Stream
+        self.get_elapsed_time = lambda start, end: end.t - start.t
+
+
+class _FakeCupy:
+    def __init__(self, clock):
+        self.cuda, self.uint32 = _FakeCuda(clock), "uint32"
+
+    def empty(self, n, dtype):
+        class Buffer:
+            def fill(self, value):
+                pass
+        return Buffer()
+
+
+@pytest.mark.parametrize("waits, flagged", [((0.0, 0.0, 9.0), False),  # another process's kernel, now and then
+                                            ((9.0, 9.0, 9.0), True)])  # work hidden on another stream, every call
+def test_the_host_cross_check_takes_the_fastest_synchronized_call(monkeypatch, waits, flagged):
+    """A 1 ms kernel that the host sees take 10 ms on some calls: beside other processes on the same GPU (the GPU
+    tests run in parallel) it is not flagged; where every call waits 9 ms more than its events say, it is."""
+    from flashgen.harness import bench, device
+
+    clock = [0.0]
+    calls = [0]
+
+    def fn():
+        calls[0] += 1
+        clock[0] += 1.0 + waits[calls[0] % 3] * (calls[0] > 13)  # the host timing's calls come after 3 + 10
+
+    monkeypatch.setattr(device, "_cupy", lambda: _FakeCupy(clock))
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0] / 1e3)
+    stats = bench.time_callable(fn, min_reps=10, max_reps=10, host_reps=6)
+    assert stats.median_ms == 1.0 and stats.reps == 10
+    assert math.isclose(stats.host_ms_per_call, 10.0 if flagged else 1.0) and stats.undertimed is flagged

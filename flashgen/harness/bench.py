@@ -4,8 +4,8 @@ N*M/2 for causal with N = M as FlashAttention counts it) and % of the target's r
 with every available baseline timed on the same shapes in the same process.
 
 Not to be fooled by work left running elsewhere: the whole device is synchronized before events
-are read, and the repeated loop is also timed on the host clock with a device synchronize after
-every call; a kernel whose event time is far below that is flagged `undertimed`.
+are read, and the kernel is also timed on the host clock with a device synchronize after every call;
+a kernel whose event time is far below the fastest of those calls is flagged `undertimed`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ class TimingStats(BaseModel):
     min_ms: float
     mean_ms: float
     reps: int
-    host_ms_per_call: float | None = Field(default=None, description="host clock, device-synchronized per call")
+    host_ms_per_call: float | None = Field(default=None, description="host clock, device-synchronized per call "
+                                                                        "(the fastest call)")
     undertimed: bool = False
     note: str = ""
     rounds: int = Field(default=1, description="rounds the samples were gathered in (time_in_rounds), pooled")
@@ -138,7 +139,8 @@ def time_callable(fn: Callable[[], Any], *, stream=None, l2_bytes: int | None = 
                   min_reps: int = 10, max_reps: int = 1000, warmup: int = 3, host_reps: int = 20) -> TimingStats:
     """Time `fn` (which enqueues GPU work on `stream`) with CUDA events around each call and an L2
     flush (a write of 2x the L2 size) before each; repeat until min_time_s of kernel time or max_reps.
-    Then time `host_reps` calls on the host clock with a device synchronize after each."""
+    Then time `host_reps` calls on the host clock with a device synchronize after each: the fastest of them is
+    the host's time per call."""
     return timing_stats(*time_samples(fn, stream=stream, l2_bytes=l2_bytes, min_time_s=min_time_s, min_reps=min_reps,
                                       max_reps=max_reps, warmup=warmup, host_reps=host_reps))
 
@@ -177,12 +179,15 @@ def time_samples(fn: Callable[[], Any], *, stream=None, l2_bytes: int | None = N
             reps += len(batch)
         samples = [cp.cuda.get_elapsed_time(s, e) for s, e in events]
         sync()
-        n_host = max(1, min(host_reps, reps))
-        t0 = time.perf_counter()
-        for _ in range(n_host):
+        # The fastest of these calls: work hidden on another stream slows every one of them, while another
+        # process on the same GPU (the GPU tests run in parallel) slows some: with the mean, a 1 ms kernel beside
+        # five pytest workers read 2.1 ms a call and was flagged (H100, session 26).
+        host_ms = math.inf
+        for _ in range(max(1, min(host_reps, reps))):
+            t0 = time.perf_counter()
             fn()
             sync()
-        host_ms = (time.perf_counter() - t0) * 1e3 / n_host
+            host_ms = min(host_ms, (time.perf_counter() - t0) * 1e3)
     del flush
     return samples, host_ms
 
