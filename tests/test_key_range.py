@@ -128,3 +128,23 @@ def test_row_key_limits_masks_against_the_rows_limits_and_compiles(env):
         assert built.ok and built.kernels, built.feedback_text()
         assert all(u.spill_store_bytes == 0 and u.spill_load_bytes == 0 for u in built.kernels.values()), \
             built.feedback_text()
+
+
+@pytest.mark.parametrize("mask_mod, rises", [(None, True), ("k_idx < LEN[b]", True),
+                                             ("k_idx >= q_idx - 7 and k_idx <= q_idx + 5", True),
+                                             ("q_idx - k_idx < 300", True),  # a lower bound; hi is causal's
+                                             ("k_idx < 100 - q_idx", False), ("k_idx + q_idx < 90", False)])
+def test_hi_rises_says_whether_a_later_row_never_has_a_lower_limit(env, mask_mod, rises):
+    """key_range.hi_rises (what the sm90 half_first_pv switch relies on: a warpgroup's last row has its largest
+    limit) where every upper bound grows with q_idx; checked against the limit's C over rows."""
+    plan = lowered_plan(env, Variant(causal=True), mask_mod)
+    assert plan.key_range is not None and plan.key_range.hi_rises is rises, plan.key_range
+    constants = {c.name: 23 for c in plan.prologue if c.ctype == "int"}
+    for diag in (0, 9):
+        limits = [c_value(plan.key_range.hi, {"diag": diag, "qpos": q, **constants}) for q in range(0, 120)]
+        assert (limits == sorted(limits)) is rises, limits
+
+
+@pytest.mark.parametrize("variant", [v for v in LIBRARY if v.causal or v.window_right is not None], ids=lambda v: v.name)
+def test_the_library_variants_with_an_upper_limit_rise(variant):
+    assert plan_for_variant(variant, "h200", DType.bf16, 128).key_range.hi_rises

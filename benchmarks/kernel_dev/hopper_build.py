@@ -199,6 +199,17 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # pair at d128 against 2048 of tensor time; a quarter of them moved. Session 22 measured EX -11..-13 %
              # on softcap and -12..-22 % on d64, SC +2..4 %, SCEX below SC (NOTES.md).
              "EX": dict(transform=lambda source: exp2_half_on_fma(source)),  # defined below
+             # Session 26: EXQ = a quarter of the softmax's exp2 on the FMA pipe (odd j's p1), with a leaner
+             # polynomial than EX's (its constant term exactly 1 and x clamped to -127, so -inf gives exactly +0 with
+             # no compare and select: ~8 FMA-pipe and integer operations against EX's ~11). Softcap's budget a key-tile
+             # pair at d128 after the fold: tensor 2048 cycles, SFU 2048, issue ~1500; a quarter of the exp2 takes
+             # the SFU to ~1790 and the issue to ~1790, under the tensor's 2048 (EX's half took the issue past it).
+             "EXQ": dict(transform=lambda source: exp2_quarter_on_fma(source)),
+             # Session 26: HP = the half_first_pv switch: a warpgroup whose rows see no key in the second half of its
+             # work tile's first (diagonal) key tile issues that tile's P V in half its k-steps. At causal N = 512
+             # with 128x128 tiles that is 5 % of the MMA (4 diagonal tiles of 10 a row block pair, one warpgroup's P
+             # V of each halved), 2.8 % at 1k.
+             "HP": dict(options=dict(half_first_pv=True), only=lambda plan: plan.variant.causal),
              # Session 23: SC (softcap's constants folded), AL (ALiBi's distance in float) and AL3 (AL, linear on the
              # key tiles on one side of the diagonal) were transforms of the source, measured in sessions 22-23 (NOTES.md;
              # AL -2 %, SC and AL3 taken). SC and AL3 are production's score forms since aced350 (plan.FactoredScore,
@@ -233,6 +244,28 @@ def exp2_half_on_fma(source: str) -> str:
     call = "const float p1 = fg::exp2_approx("
     assert source.count(call) == 1
     return source.replace(call, "const float p1 = fg::exp2_poly(")
+
+
+def exp2_quarter_on_fma(source: str) -> str:
+    """EXQ: fg::exp2_poly3 beside fg::exp2_approx (2^x = 2^n 2^f, n = rint(x) by the 1.5 * 2^23 trick, 2^f on
+    [-0.5, 0.5] as 1 + c1 f + c2 f^2 + c3 f^3, minimax relative error 1.0e-4 fitted on the CPU; x clamped to -127,
+    where n = -127 and f = 0 make the bits 0x3f800000 - (127 << 23) = +0: -inf gives +0 as ex2.approx.ftz does; a NaN
+    gives 0), and the p1 of odd j on it: a quarter of the softmax's exp2."""
+    anchor = '  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));\n  return y;\n}\n'
+    assert source.count(anchor) == 1
+    helper = """__device__ __forceinline__ float exp2_poly3(float x) {
+  const float xc = fmaxf(x, -127.0f);
+  const float shifted = xc + 12582912.0f;  // 1.5 * 2^23: xc rounded to an integer, in the low mantissa bits
+  const float f = xc - (shifted - 12582912.0f);
+  const float p = fmaf(fmaf(fmaf(0.05500906f, f, 0.24221097f), f, 0.6932829f), f, 1.0f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
+}
+"""
+    source = source.replace(anchor, anchor + helper)
+    call = "const float p1 = fg::exp2_approx(fmaf(acc_s[j * 4 + h * 2 + 1], mult, -max_scaled));"
+    assert source.count(call) == 1
+    return source.replace(call, "const float p1 = (j & 1) ? fg::exp2_poly3(fmaf(acc_s[j * 4 + h * 2 + 1], mult, "
+                                "-max_scaled))\n                                   : fg::exp2_approx(fmaf(acc_s[j * 4 + h * 2 + 1], mult, -max_scaled));")
 
 
 def producer_waits_hinted(source: str) -> str:
@@ -315,7 +348,7 @@ def configs():
             yield entry(sched, d, causal, tiles)
     for (d, causal), sweep in SWEEP.items():
         for tiles in sweep:
-            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP", "EW", "PP", "SW", "SWP", "RN", "G0", "OT"):
+            for sched in ("cur", "T1", "Tc", "SN", "L2", "QP", "CP", "EW", "PP", "SW", "SWP", "RN", "G0", "OT", "HP"):
                 yield entry(sched, d, causal, tiles)
 
 

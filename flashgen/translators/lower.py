@@ -1102,9 +1102,11 @@ class _Lowering:
         """The conditions' conjunction as lo <= kpos < hi per row (plan.key_range), where every one of them (and
         every part of an `and`) is a comparison of integers linear in k_idx with coefficient +-1 whose other terms
         do not read k_idx: L <= 0 with L = k_idx + R gives hi = 1 - R, with L = R - k_idx gives lo = R; several
-        bounds on a side, their max (lo) or min (hi). None where any is not of that form."""
+        bounds on a side, their max (lo) or min (hi). None where any is not of that form. hi_rises where every hi
+        reads q_idx only as + c * q_idx (c > 0) or not at all (a min of such bounds rises too)."""
         los: list[str] = []
         his: list[str] = []
+        his_rise: list[bool] = []
 
         def take(c: Any, stmt: Any) -> bool:
             if isinstance(c, ast.Binary) and c.op == "and":
@@ -1120,6 +1122,9 @@ class _Lowering:
             bound = Poly.const(1).add(rest, -1) if coef == 1 else rest
             text = self.compile(self.hoist_reads(from_poly(_diag_hook(bound), self.is_float)), "score", stmt)
             (his if coef == 1 else los).append(text)
+            if coef == 1:  # hi rises with the row where q_idx enters it alone, with a positive coefficient
+                his_rise.append(all(c > 0 and f == (("q_idx", 1),) for f, c in bound.terms.items()
+                                    if any("q_idx" in _names(bound.atoms[a]) for a, _ in f)))
             return True
 
         if not conds or not all(take(c, stmt) for c, stmt in conds):
@@ -1131,7 +1136,7 @@ class _Lowering:
                 out = text if out is None else f"{fn}({out}, {text})"
             return out
 
-        return KeyRange(lo=fold(los, "max"), hi=fold(his, "min"))
+        return KeyRange(lo=fold(los, "max"), hi=fold(his, "min"), hi_rises=bool(his) and all(his_rise))
 
     def interval_test(self, c: Any) -> tiles.Cond:
         """The interval bounds of condition c over a tile (flashgen.translators.tiles): its leaves are the tile C's

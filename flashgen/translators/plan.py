@@ -158,6 +158,8 @@ class KeyRange(BaseModel):
 
     lo: str | None = Field(default=None, description="C int expression: the row's first visible key")
     hi: str | None = Field(default=None, description="C int expression: one past the row's last visible key")
+    hi_rises: bool = Field(default=False, description="hi never falls as qpos rises, so a block of rows sees no key "
+                                                      "at or past its last row's hi (causal, windows)")
 
 
 class NormKind(str, Enum):
@@ -368,14 +370,14 @@ def visibility_for(variant: Variant) -> tuple[str | None, str, str, str, KeyRang
     end = f"min({all_tiles_end}, max(0, ((m_block + 1) * BLOCK_M + diag + BLOCK_N - 1) / BLOCK_N))"
     causal_mask = "(n_block + 1) * BLOCK_N - 1 > m_block * BLOCK_M + diag"
     if variant.window is None:
-        return "kpos <= qpos + diag", "0", end, causal_mask, KeyRange(hi="qpos + diag + 1")
+        return "kpos <= qpos + diag", "0", end, causal_mask, KeyRange(hi="qpos + diag + 1", hi_rises=True)
     w = variant.window
     # first visible key of the tile's first row is m_block*BLOCK_M + diag - (W - 1)
     begin = f"max(0, m_block * BLOCK_M + diag - {w - 1}) / BLOCK_N"
     visible = f"kpos <= qpos + diag && qpos + diag - kpos < {w}"
     window_mask = f"(m_block + 1) * BLOCK_M - 1 + diag - n_block * BLOCK_N >= {w}"
     return (visible, begin, end, f"({causal_mask}) || ({window_mask})",
-            KeyRange(lo=f"qpos + diag - {w - 1}", hi="qpos + diag + 1"))
+            KeyRange(lo=f"qpos + diag - {w - 1}", hi="qpos + diag + 1", hi_rises=True))
 
 
 def _two_sided_visibility(variant: Variant, all_tiles_end: str) -> tuple[str, str, str, str, KeyRange]:
@@ -396,7 +398,8 @@ def _two_sided_visibility(variant: Variant, all_tiles_end: str) -> tuple[str, st
         # first visible key of the tile's first row is m_block*BLOCK_M + diag - left
         begin = f"max(0, m_block * BLOCK_M + diag - {left}) / BLOCK_N"
         masks.append(f"(m_block + 1) * BLOCK_M - 1 + diag - n_block * BLOCK_N > {left}")
-    return " && ".join(conds), begin, end, " || ".join(f"({m})" for m in masks), KeyRange(lo=lo, hi=hi)
+    return (" && ".join(conds), begin, end, " || ".join(f"({m})" for m in masks),
+            KeyRange(lo=lo, hi=hi, hi_rises=hi is not None))
 
 
 def normalization_for(variant: Variant) -> tuple[Normalization, list[Prologue]]:

@@ -1,0 +1,72 @@
+"""CPU tests of the sm90 half_first_pv switch (flashgen.translators.backends.sm90.kernel.schedule): a consumer
+warpgroup whose rows see no key in the second half of its work tile's first key tile (the diagonal's) issues that
+tile's P V in half its k-steps. It needs plan.key_range.hi to rise with the row (the warpgroup's last row then has
+the largest limit), which the rules and the lowering both say; these check where the switch applies, what it
+renders, and that ptxas keeps the kernels' wgmma asynchronous. The GPU half: tests/test_half_first_pv_gpu.py."""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from flashgen.harness.ptxas import serialized_wgmma
+from flashgen.translators.backends.sm90 import kernel
+from flashgen.translators.render import render
+from flashgen.translators.rules import plan_for_variant
+from flashgen.variant import DType, Variant
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+
+
+def _plan(variant: Variant, head_dim: int = 128, **tiles):
+    plan = plan_for_variant(variant, "h200", DType.bf16, head_dim, name=f"hp_{head_dim}", backend="sm90")
+    if tiles:
+        plan = plan.model_copy(update=dict(tiles, warps=tiles.get("block_m", plan.block_m) // 16))
+    return plan
+
+
+@pytest.mark.parametrize("variant, head_dim, tiles, applies", [
+    (Variant(causal=True), 64, {}, True),  # 192 x 128, three consumer warpgroups
+    (Variant(causal=True), 64, {"block_m": 128}, True),  # the N <= 1k tile, ping-pong
+    (Variant(causal=True), 256, {}, True),  # 64-key tiles: two k-steps of four
+    (Variant(causal=True, window=256), 128, {}, True),  # the window's upper limit is causal's
+    (Variant(window_left=64, window_right=32), 128, {}, True),  # two-sided: hi = qpos + diag + 33
+    (Variant(window_left=64), 128, {}, False),  # a lower limit only: every key tile's second half may be seen
+    (Variant(), 128, {}, False),  # no key limits
+    (Variant(causal=True), 128, {"block_n": 80}, False),  # 40 keys: not whole k-steps of 16
+])
+def test_where_the_switch_applies(variant, head_dim, tiles, applies):
+    plan = _plan(variant, head_dim, **tiles)
+    with kernel.schedule_overrides(half_first_pv=True):
+        source = render(plan)[0]
+        assert kernel.schedule(plan)["half_first_pv"] is applies
+    assert ("issue_pv(s_prev, pv_half);" in source) is applies
+    if applies:  # the limit of the warpgroup's last row against the middle of the first key tile
+        assert "(q_row0 + cw * 64 + 63) + diag + " in source and "(n_end - 1) * BLOCK_N + BLOCK_N / 2" in source
+        assert "for (int kk = 0; kk < BLOCK_N / 32; ++kk)" in source
+
+
+def test_off_by_default_and_production_renders_without_it():
+    for variant in (Variant(causal=True), Variant(causal=True, window=256)):
+        plan = _plan(variant)
+        assert kernel.schedule(plan)["half_first_pv"] is False
+        assert "pv_half" not in render(plan)[0]
+
+
+@needs_nvcc
+def test_kernels_under_the_switch_compile_with_asynchronous_wgmma():
+    """The P V's half is chosen behind a branch: ptxas keeps every wgmma asynchronous only where the branch is
+    warp-uniform to it (the limit broadcast from lane 0), as C7520 said before that broadcast."""
+    from flashgen.harness.compile import compile_cuda
+
+    plans = [_plan(Variant(causal=True), 64, block_m=128), _plan(Variant(causal=True, window=256), 128),
+             _plan(Variant(causal=True), 256)]
+    with kernel.schedule_overrides(half_first_pv=True):
+        sources = [render(plan)[0] for plan in plans]
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda source: compile_cuda(source, "sm_90a"), sources))
+    for plan, result in zip(plans, results, strict=True):
+        assert result.ok, result.log
+        assert not serialized_wgmma(result.log), f"{plan.name}: {serialized_wgmma(result.log)}"
