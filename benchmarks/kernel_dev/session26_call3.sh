@@ -10,6 +10,9 @@
 #      512 / 1k, d128 at 512 / 1k / 4k, d256 128x64 at 512 / 4k. Predicted: 5 % less MMA at 512 and 2.8 % at 1k
 #      (a 128 x 128 diagonal tile: one warpgroup's P V halved); the key-tile loop takes 13 more instructions (728
 #      against 715 at d128: the branch between the two P V). So +2..4 % at 512, +0..2 % at 1k, -1..0 % at 4k.
+#   3. What the grid's 16k ratio is worth: plain bf16 d128 16k beside cuDNN, twice each of 4 rounds at --min-time 0.1
+#      (the grid's setting: ~10 calls a round) and 16 rounds at 0.4, alternating. Call 1 read round medians swinging
+#      +-12 % within a run. Predicted: the 4-round runs' ratios differ by 5-15 %, the 16-round runs' by under 5 %.
 set -u
 export FLASHGEN_GIT_COMMIT=${FLASHGEN_GIT_COMMIT:-unknown}
 . benchmarks/device_prelude.sh || exit 1
@@ -37,3 +40,12 @@ bench hp-d128-first "$S128" $D/HP_causal_bf16_d128_128x128s2 $D/cur_causal_bf16_
 bench hp-d256-second "$S256" $D/cur_causal_bf16_d256_128x64s2 $D/HP_causal_bf16_d256_128x64s2
 bench hp-d256-first "$S256" $D/HP_causal_bf16_d256_128x64s2 $D/cur_causal_bf16_d256_128x64s2
 cp "$W/pytest-part1-rest.log" "$OUT/"
+K=generated/h200/bf16/plain_d128
+for i in 1 2; do
+  for cfg in "4 0.1" "16 0.4"; do
+    set -- $cfg
+    timeout -k 5 "$(cap 40 0)" python3 -m flashgen.cli bench $K --shapes "B=1,H=16,N=16384,M=16384,D=128" --no-flex \
+      --min-time $2 --rounds $1 --out "$W/rounds$1-$i.json" > "$W/rounds$1-$i.log" 2>&1
+    echo "[$SECONDS s] rounds $1 run $i: exit $? $(grep -E 'fg_|cudnn' "$W/rounds$1-$i.log" | grep -v '  -  ' | tr -s ' ' | tr '\n' '|')"
+  done
+done
