@@ -18,10 +18,12 @@ export FLASHGEN_GIT_COMMIT=${FLASHGEN_GIT_COMMIT:-unknown}
 . benchmarks/device_prelude.sh || exit 1
 scratch /tmp/s26c3 "${BUDGET:-560}"
 trap 'tar -czf "$OUT/call3.tgz" -C "$W" .' EXIT
-timeout -k 10 "$(cap 300 170)" python3 -m pytest -m gpu -q -p no:cacheprovider -n 6 --durations=15 \
-  tests/test_call_time_gpu.py tests/test_bit_masks_gpu.py tests/test_half_first_pv_gpu.py tests/test_arrays_gpu.py \
-  tests/test_sanitizer_gpu.py tests/test_size_params_gpu.py tests/test_agent_real.py tests/test_harness_gpu.py \
-  > "$W/pytest-part1-rest.log" 2>&1
+# SHORT=1 (a short lease): only the new switch's GPU tests and test_harness_gpu.py
+TESTS="tests/test_call_time_gpu.py tests/test_bit_masks_gpu.py tests/test_half_first_pv_gpu.py tests/test_arrays_gpu.py
+  tests/test_sanitizer_gpu.py tests/test_size_params_gpu.py tests/test_agent_real.py tests/test_harness_gpu.py"
+[ -n "${SHORT:-}" ] && TESTS="tests/test_half_first_pv_gpu.py tests/test_harness_gpu.py"
+timeout -k 10 "$(cap 300 "${PYTEST_RESERVE:-170}")" python3 -m pytest -m gpu -q -p no:cacheprovider -n 6 --durations=15 \
+  $TESTS > "$W/pytest-part1-rest.log" 2>&1
 echo "[$SECONDS s] pytest: exit $?"; grep -E "passed|failed|error" "$W/pytest-part1-rest.log" | tail -5
 D=.dev/s26
 bench() {  # NAME SHAPES KERNEL_DIR...
