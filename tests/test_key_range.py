@@ -135,7 +135,7 @@ def test_row_key_limits_masks_against_the_rows_limits_and_compiles(env):
                                              ("q_idx - k_idx < 300", True),  # a lower bound; hi is causal's
                                              ("k_idx < 100 - q_idx", False), ("k_idx + q_idx < 90", False)])
 def test_hi_rises_says_whether_a_later_row_never_has_a_lower_limit(env, mask_mod, rises):
-    """key_range.hi_rises (what the sm90 half_first_pv switch relies on: a warpgroup's last row has its largest
+    """key_range.hi_rises (what the sm90 half_first_tile switch relies on: a warpgroup's last row has its largest
     limit) where every upper bound grows with q_idx; checked against the limit's C over rows."""
     plan = lowered_plan(env, Variant(causal=True), mask_mod)
     assert plan.key_range is not None and plan.key_range.hi_rises is rises, plan.key_range

@@ -205,11 +205,11 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
              # pair at d128 after the fold: tensor 2048 cycles, SFU 2048, issue ~1500; a quarter of the exp2 takes
              # the SFU to ~1790 and the issue to ~1790, under the tensor's 2048 (EX's half took the issue past it).
              "EXQ": dict(transform=lambda source: exp2_quarter_on_fma(source)),
-             # Session 26: HP = the half_first_pv switch: a warpgroup whose rows see no key in the second half of its
-             # work tile's first (diagonal) key tile issues that tile's P V in half its k-steps. At causal N = 512
-             # with 128x128 tiles that is 5 % of the MMA (4 diagonal tiles of 10 a row block pair, one warpgroup's P
-             # V of each halved), 2.8 % at 1k.
-             "HP": dict(options=dict(half_first_pv=True), only=lambda plan: plan.variant.causal),
+             # Session 26: HP = the half_first_tile switch: a warpgroup whose rows see no key in the second half of
+             # its work tile's first (diagonal) key tile issues that tile's S at N = BLOCK_N / 2 and its P V in half
+             # the k-steps. At causal N = 512 with 128x128 tiles that is 10 % of the MMA (4 diagonal tiles of 10 a
+             # row-block pair, one warpgroup's S and P V of each halved), 5.6 % at 1k. Not yet timed.
+             "HP": dict(options=dict(half_first_tile=True), only=lambda plan: plan.variant.causal),
              # Session 23: SC (softcap's constants folded), AL (ALiBi's distance in float) and AL3 (AL, linear on the
              # key tiles on one side of the diagonal) were transforms of the source, measured in sessions 22-23 (NOTES.md;
              # AL -2 %, SC and AL3 taken). SC and AL3 are production's score forms since aced350 (plan.FactoredScore,

@@ -153,9 +153,9 @@ def schedule(plan: KernelPlan) -> dict:
                    pingpong=None,  # None: the rule below
                    # a warpgroup whose rows see no key in the second half of its work tile's first key tile (the
                    # diagonal's, where plan.key_range.hi rises with the row: causal, windows) issues that tile's
-                   # P V in half its k-steps. Not the S at N = BLOCK_N / 2 as well: behind a branch, ptxas
-                   # serialized every wgmma (C7515, and C7511 with the unseen half filled with -inf first)
-                   half_first_pv=False,
+                   # S at N = BLOCK_N / 2 and its P V in half the k-steps: at causal N = 512 with 128x128 tiles
+                   # 10 % of the MMA, 5.6 % at 1k. Not yet measured (session 26 found no machine to time it).
+                   half_first_tile=False,
                    grid_groups=True)  # GROUP_HEADS = 0 in groups of gridDim.x pairs, so K/V stay in L2: causal
     # bf16 N = 512 d128 +13 %, d256 +8 %, d64 +2 %, d128 1k +7 %, window 256 +7-8 % (NOTES.md, session 8)
     # 85-131 -> 394-484 TF/s at N = 512..16k on the H200 (NOTES.md, session 7)
@@ -199,8 +199,9 @@ def schedule(plan: KernelPlan) -> dict:
         options["pingpong"] = (plan.head_dim + plan.dv <= 256
                                and (positions_per_score(plan, options["share_key_terms"]) or key_terms or causal_d64))
     options["pingpong"] = options["pingpong"] and consumers(plan) > 1  # turns need two warpgroups
-    # half the P V's k-steps of 16 keys; not beside overlap_tiles, whose drain issues the next work tile's first S
-    options["half_first_pv"] = (options["half_first_pv"] and plan.key_range is not None and plan.key_range.hi_rises
+    # a wgmma of N = BLOCK_N / 2 (a multiple of 8) and half the P V's k-steps of 16 keys; not beside overlap_tiles,
+    # whose drain issues the next work tile's first S
+    options["half_first_tile"] = (options["half_first_tile"] and plan.key_range is not None and plan.key_range.hi_rises
                                 and plan.block_n % 32 == 0 and not options["overlap_tiles"])
     return options
 
@@ -213,11 +214,11 @@ _SCHEDULE_OVERRIDES: dict = {}
 def schedule_overrides(**options):
     """Render with these schedule switches (schedule()'s keys: o_via_tma, o_stage_chunks, o_chunked,
     share_key_terms, row_key_limits, bit_masks, grid_groups, snake_rounds, l2_groups, l2_group_rounds, causal_pairs,
-    tiles_from_producer, overlap_tiles, pingpong, half_first_pv) in place of the
+    tiles_from_producer, overlap_tiles, pingpong, half_first_tile) in place of the
     defaults, as development builds and the tests of an unmeasured switch do."""
     unknown = set(options) - {"o_via_tma", "o_stage_chunks", "o_chunked", "share_key_terms", "row_key_limits",
                               "bit_masks", "grid_groups", "snake_rounds", "l2_groups", "l2_group_rounds", "causal_pairs",
-                              "tiles_from_producer", "overlap_tiles", "pingpong", "half_first_pv"}
+                              "tiles_from_producer", "overlap_tiles", "pingpong", "half_first_tile"}
     if unknown:
         raise ValueError(f"unknown schedule switches: {sorted(unknown)}")
     saved = dict(_SCHEDULE_OVERRIDES)
@@ -292,11 +293,13 @@ def render(plan: KernelPlan) -> tuple[str, KernelManifest]:
         producer_regs=PRODUCER_REGS, consumer_regs=CONSUMER_REGS[n_consumers], ctas_per_sm=ctas_per_sm(plan),
         paired_m_tiles=PAIRED_M_TILES,
         reverse_m=plan.variant.causal, **score_units(plan, distance_terms=True), l2_group_bytes=plan.target.l2_bytes // 2,
-        wgmma_wrappers=wrappers(plan.dtype.value, ss_n=(plan.block_n,), rs_n=(plan.dv,)),  # P V's N: Dv
+        wgmma_wrappers=wrappers(plan.dtype.value,  # P V's N: Dv
+                                ss_n=(plan.block_n, *([plan.block_n // 2] if options["half_first_tile"] else [])),
+                                rs_n=(plan.dv,)),
         **v_names(plan), **shared_terms, key_limits=key_limits(plan) if options["row_key_limits"] else {},
-        # the warpgroup's last row's key limit (its largest: hi rises), for half_first_pv
+        # the warpgroup's last row's key limit (its largest: hi rises), for half_first_tile
         wg_key_hi=(substitute_name(plan.key_range.hi, "qpos", "q_row0 + cw * 64 + 63")
-                   if options["half_first_pv"] else None),
+                   if options["half_first_tile"] else None),
     )
     source = inline_headers(_environment().get_template("attention_fwd.cu.j2").render(**context), INCLUDE_DIRS)
     manifest = KernelManifest(

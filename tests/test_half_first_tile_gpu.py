@@ -1,5 +1,5 @@
-"""The GPU half of tests/test_half_first_pv.py: kernels built under the sm90 half_first_pv switch (a warpgroup
-that sees nothing in the second half of its first key tile issues that tile's P V in half its k-steps; off by
+"""The GPU half of tests/test_half_first_tile.py: kernels built under the sm90 half_first_tile switch (a warpgroup
+that sees nothing in the second half of its first key tile issues that tile's S and P V at half the width; off by
 default until measured) through the harness's whole verification: causal rows at each head dim's tiles (d64's
 two, the N <= 1k one with ping-pong; d256's 64-key tiles), a causal window, a two-sided window, and the LSE."""
 
@@ -32,9 +32,9 @@ def build(dtype: str, variant: Variant, head_dim: int):
     from flashgen.harness.suite import build_expert_kernel
     from flashgen.translators.backends.sm90 import kernel
 
-    with kernel.schedule_overrides(half_first_pv=True):
+    with kernel.schedule_overrides(half_first_tile=True):
         source, manifest, _ = build_expert_kernel("h200", dtype, variant, head_dim)
-    assert "issue_pv(s_prev, pv_half);" in source, "half_first_pv did not take effect"
+    assert "issue_pv(s_prev, pv_half);" in source, "half_first_tile did not take effect"
     return source, manifest
 
 

@@ -1,8 +1,8 @@
-"""CPU tests of the sm90 half_first_pv switch (flashgen.translators.backends.sm90.kernel.schedule): a consumer
+"""CPU tests of the sm90 half_first_tile switch (flashgen.translators.backends.sm90.kernel.schedule): a consumer
 warpgroup whose rows see no key in the second half of its work tile's first key tile (the diagonal's) issues that
-tile's P V in half its k-steps. It needs plan.key_range.hi to rise with the row (the warpgroup's last row then has
+tile's S at N = BLOCK_N / 2 (into an accumulator of its own) and its P V in half the k-steps. It needs plan.key_range.hi to rise with the row (the warpgroup's last row then has
 the largest limit), which the rules and the lowering both say; these check where the switch applies, what it
-renders, and that ptxas keeps the kernels' wgmma asynchronous. The GPU half: tests/test_half_first_pv_gpu.py."""
+renders, and that ptxas keeps the kernels' wgmma asynchronous. The GPU half: tests/test_half_first_tile_gpu.py."""
 
 from __future__ import annotations
 
@@ -39,31 +39,34 @@ def _plan(variant: Variant, head_dim: int = 128, **tiles):
 ])
 def test_where_the_switch_applies(variant, head_dim, tiles, applies):
     plan = _plan(variant, head_dim, **tiles)
-    with kernel.schedule_overrides(half_first_pv=True):
+    with kernel.schedule_overrides(half_first_tile=True):
         source = render(plan)[0]
-        assert kernel.schedule(plan)["half_first_pv"] is applies
+        assert kernel.schedule(plan)["half_first_tile"] is applies
     assert ("issue_pv(s_prev, pv_half);" in source) is applies
     if applies:  # the limit of the warpgroup's last row against the middle of the first key tile
         assert "(q_row0 + cw * 64 + 63) + diag + " in source and "(n_end - 1) * BLOCK_N + BLOCK_N / 2" in source
-        assert "for (int kk = 0; kk < BLOCK_N / 32; ++kk)" in source
+        assert "for (int kk = 0; kk < BLOCK_N / 32; ++kk)" in source  # the P V's half
+        assert f"fg::wgmma::ss_m64n{plan.block_n // 2}k16_bf16(acc, a, b, accumulate);" in source  # the S's
+        assert "if constexpr (HALF) ss_qk_half(acc_h, a_desc, b_desc, kk > 0);" in source
 
 
 def test_off_by_default_and_production_renders_without_it():
     for variant in (Variant(causal=True), Variant(causal=True, window=256)):
         plan = _plan(variant)
-        assert kernel.schedule(plan)["half_first_pv"] is False
+        assert kernel.schedule(plan)["half_first_tile"] is False
         assert "pv_half" not in render(plan)[0]
 
 
 @needs_nvcc
 def test_kernels_under_the_switch_compile_with_asynchronous_wgmma():
-    """The P V's half is chosen behind a branch: ptxas keeps every wgmma asynchronous only where the branch is
-    warp-uniform to it (the limit broadcast from lane 0), as C7520 said before that broadcast."""
+    """Both halves are chosen behind branches: ptxas keeps every wgmma asynchronous only where the branch is
+    warp-uniform to it (the limit broadcast from lane 0: C7520 before) and the half S has an accumulator of its own
+    (C7515 / C7511 when it wrote half of acc_s)."""
     from flashgen.harness.compile import compile_cuda
 
     plans = [_plan(Variant(causal=True), 64, block_m=128), _plan(Variant(causal=True, window=256), 128),
              _plan(Variant(causal=True), 256)]
-    with kernel.schedule_overrides(half_first_pv=True):
+    with kernel.schedule_overrides(half_first_tile=True):
         sources = [render(plan)[0] for plan in plans]
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(lambda source: compile_cuda(source, "sm_90a"), sources))
