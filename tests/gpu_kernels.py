@@ -184,6 +184,32 @@ def verify_many(kernels: dict[Hashable, Any], workers: int | None = None, job_ti
     return reports
 
 
+# ---- kernels under an sm90 schedule switch (tests/test_bit_masks_gpu.py, tests/test_half_first_tile_gpu.py) ------
+
+def build_under_switch(switch: str, marker: str, dtype: str, variant: Any, head_dim: int, mods: dict | None = None):
+    """(source, manifest) of the H200 kernel `flashgen generate` builds (with `mods`: the mask suite's kernel of
+    those keywords), rendered with the sm90 schedule switch `switch` on, checked to have taken effect: `marker` in
+    the source."""
+    from flashgen.harness.suite import build_expert_kernel, build_mask_kernel
+    from flashgen.translators.backends.sm90 import kernel
+
+    with kernel.schedule_overrides(**{switch: True}):
+        if mods is not None:
+            source, manifest = build_mask_kernel("h200", dtype, variant, head_dim, mods)
+        else:
+            source, manifest, _ = build_expert_kernel("h200", dtype, variant, head_dim)
+    assert marker in source, f"{switch} did not take effect"
+    return source, manifest
+
+
+def verify_prebuilt(prebuilt_kernels) -> dict:
+    """{key: VerifyReport} of every kernel a module's `prebuilt_kernels` fixture built without error (verify_many)."""
+    from flashgen.harness.worker import KernelInput
+
+    return verify_many({key: KernelInput(manifest=manifest, source=source)
+                        for key, (source, manifest) in prebuilt_kernels.ready().items()})
+
+
 # ---- guard columns: a kernel reads no column past its head dims and writes none past O's -----------------------
 
 GUARD_COLS = 16  # wider than any padding (8 columns) and a whole number of 16-byte chunks for every dtype

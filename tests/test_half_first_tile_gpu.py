@@ -27,30 +27,18 @@ KERNELS = {
 }
 
 
-def build(dtype: str, variant: Variant, head_dim: int):
-    """(source, manifest) built for the H200 target under the switch, checked to have taken effect."""
-    from flashgen.harness.suite import build_expert_kernel
-    from flashgen.translators.backends.sm90 import kernel
-
-    with kernel.schedule_overrides(half_first_tile=True):
-        source, manifest, _ = build_expert_kernel("h200", dtype, variant, head_dim)
-    assert "issue_pv(s_prev, pv_half);" in source, "half_first_tile did not take effect"
-    return source, manifest
-
-
 def gpu_kernels(items, arch):
-    from tests.gpu_kernels import Build
+    from tests.gpu_kernels import Build, build_under_switch
 
-    return {key: Build(build, KERNELS[key]) for key in KERNELS}
+    return {key: Build(build_under_switch, ("half_first_tile", "issue_pv(s_prev, pv_half);", *KERNELS[key]))
+            for key in KERNELS}
 
 
 @pytest.fixture(scope="module")
 def reports(prebuilt_kernels):
-    from flashgen.harness.worker import KernelInput
-    from tests.gpu_kernels import verify_many
+    from tests.gpu_kernels import verify_prebuilt
 
-    return verify_many({key: KernelInput(manifest=manifest, source=source)
-                        for key, (source, manifest) in prebuilt_kernels.ready().items()})
+    return verify_prebuilt(prebuilt_kernels)
 
 
 @pytest.mark.parametrize("key", list(KERNELS), ids=["-".join(map(str, k)) for k in KERNELS])

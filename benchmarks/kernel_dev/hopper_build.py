@@ -223,13 +223,22 @@ SCHEDULES = {"v1": dict(template="sm90-v1-grid-per-tile.cu.j2"),
 RUN = ("cur",)  # the schedules built by default
 
 
+_EX2_ANCHOR = '  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));\n  return y;\n}\n'
+_P1_SFU = "const float p1 = fg::exp2_approx(fmaf(acc_s[j * 4 + h * 2 + 1], mult, -max_scaled));"
+
+
+def exp2_p1_on_fma(source: str, helper: str, p1: str) -> str:
+    """The source with `helper` (a device function of namespace fg) after fg::exp2_approx, and the softmax's p1
+    computed by `p1` in place of fg::exp2_approx."""
+    assert source.count(_EX2_ANCHOR) == 1 and source.count(_P1_SFU) == 1
+    return source.replace(_EX2_ANCHOR, _EX2_ANCHOR + helper).replace(_P1_SFU, p1)
+
+
 def exp2_half_on_fma(source: str) -> str:
     """EX: fg::exp2_poly beside fg::exp2_approx (2^x as a degree-3 polynomial of x's fraction in [-0.5, 0.5], its
     integer part added to the exponent bits: relative error 7.5e-5, fitted on the CPU; x below -126 gives 0, as
     ex2.approx gives for -inf; a NaN gives 0 where ex2 gives NaN), and the softmax's p1 (each thread's second column
     of a pair) on it: half the softmax's exp2, the FMA pipe's FADD / FFMA and an integer shift and add instead."""
-    anchor = '  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));\n  return y;\n}\n'
-    assert source.count(anchor) == 1
     helper = """__device__ __forceinline__ float exp2_poly(float x) {
   const float xc = fmaxf(x, -127.0f);
   const float shifted = xc + 12582912.0f;  // 1.5 * 2^23: x rounded to an integer, in the low mantissa bits
@@ -240,10 +249,7 @@ def exp2_half_on_fma(source: str) -> str:
   return x < -126.0f ? 0.0f : r;
 }
 """
-    source = source.replace(anchor, anchor + helper)
-    call = "const float p1 = fg::exp2_approx("
-    assert source.count(call) == 1
-    return source.replace(call, "const float p1 = fg::exp2_poly(")
+    return exp2_p1_on_fma(source, helper, _P1_SFU.replace("fg::exp2_approx(", "fg::exp2_poly("))
 
 
 def exp2_quarter_on_fma(source: str) -> str:
@@ -251,8 +257,6 @@ def exp2_quarter_on_fma(source: str) -> str:
     [-0.5, 0.5] as 1 + c1 f + c2 f^2 + c3 f^3, minimax relative error 1.0e-4 fitted on the CPU; x clamped to -127,
     where n = -127 and f = 0 make the bits 0x3f800000 - (127 << 23) = +0: -inf gives +0 as ex2.approx.ftz does; a NaN
     gives 0), and the p1 of odd j on it: a quarter of the softmax's exp2."""
-    anchor = '  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));\n  return y;\n}\n'
-    assert source.count(anchor) == 1
     helper = """__device__ __forceinline__ float exp2_poly3(float x) {
   const float xc = fmaxf(x, -127.0f);
   const float shifted = xc + 12582912.0f;  // 1.5 * 2^23: xc rounded to an integer, in the low mantissa bits
@@ -261,11 +265,9 @@ def exp2_quarter_on_fma(source: str) -> str:
   return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
 }
 """
-    source = source.replace(anchor, anchor + helper)
-    call = "const float p1 = fg::exp2_approx(fmaf(acc_s[j * 4 + h * 2 + 1], mult, -max_scaled));"
-    assert source.count(call) == 1
-    return source.replace(call, "const float p1 = (j & 1) ? fg::exp2_poly3(fmaf(acc_s[j * 4 + h * 2 + 1], mult, "
-                                "-max_scaled))\n                                   : fg::exp2_approx(fmaf(acc_s[j * 4 + h * 2 + 1], mult, -max_scaled));")
+    argument = "fmaf(acc_s[j * 4 + h * 2 + 1], mult, -max_scaled)"
+    return exp2_p1_on_fma(source, helper, f"const float p1 = (j & 1) ? fg::exp2_poly3({argument})\n"
+                                          f"                                   : fg::exp2_approx({argument});")
 
 
 def producer_waits_hinted(source: str) -> str:
