@@ -13,12 +13,14 @@
 # Each step runs under a timeout cut from one deadline (MEASURE_BUDGET_S, default 580 s), a failing step does not
 # stop the next, and everything lands in $OUT/measure.tgz (the device returns at most 8 files). STEPS (default
 # "hopper variants headdims mods scaling") picks the steps, e.g. STEPS="hopper variants mods" MODS_GPUS=h200 for the
-# Hopper path's figures alone (session 21's call 2).
+# Hopper path's figures alone (session 21's call 2). ROUNDS (default: the CLI's, 4) sets the grid's and the variants'
+# --rounds: session 26 read a 16k ratio move +-10 % between runs of 4 rounds (NOTES.md).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . benchmarks/device_prelude.sh || exit 1
 scratch /tmp/measure 580
 FG="python3 -m flashgen.cli"
+ROUNDS_ARG=${ROUNDS:+--rounds $ROUNDS}
 STEPS=" ${STEPS:-hopper variants headdims mods scaling} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 # A step's timeout keeps back what the wanted steps after it need at least (their floors) and 10 s for the tar, so
@@ -34,11 +36,11 @@ reserve() {  # STEP
   echo "$total"
 }
 if want hopper; then
-  timeout -k 10 "$(cap 300 "$(reserve hopper)")" $FG bench --suite hopper --gpu h200 --min-time 0.1 --out "$W/hopper.json" > "$W/hopper.log" 2>&1
+  timeout -k 10 "$(cap 300 "$(reserve hopper)")" $FG bench --suite hopper --gpu h200 --min-time 0.1 $ROUNDS_ARG --out "$W/hopper.json" > "$W/hopper.log" 2>&1
   echo "[$SECONDS s] hopper grid: exit $?"; tail -5 "$W/hopper.log"
 fi
 if want variants; then
-  timeout -k 10 "$(cap 100 "$(reserve variants)")" $FG bench --suite variants --gpu h200 --min-time 0.1 --out "$W/variants.json" > "$W/variants.log" 2>&1
+  timeout -k 10 "$(cap 100 "$(reserve variants)")" $FG bench --suite variants --gpu h200 --min-time 0.1 $ROUNDS_ARG --out "$W/variants.json" > "$W/variants.log" 2>&1
   echo "[$SECONDS s] variants: exit $?"; tail -12 "$W/variants.log"
 fi
 if want headdims; then
