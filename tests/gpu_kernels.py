@@ -184,7 +184,36 @@ def verify_many(kernels: dict[Hashable, Any], workers: int | None = None, job_ti
     return reports
 
 
-# ---- kernels under an sm90 schedule switch (tests/test_bit_masks_gpu.py, tests/test_half_first_tile_gpu.py) ------
+# ---- kernels under an sm90 schedule switch (tests/test_bit_masks*.py, tests/test_half_first_tile*.py) ------------
+
+def sm90_plan(variant: Any, head_dim: int, name: str, **tiles):
+    """The bf16 plan the rules give `variant` on the H200's sm90 path, with `tiles` (block_m, block_n, ...) in place
+    of the table's and the warps that block_m takes."""
+    from flashgen.translators.rules import plan_for_variant
+    from flashgen.variant import DType
+
+    plan = plan_for_variant(variant, "h200", DType.bf16, head_dim, name=name, backend="sm90")
+    if tiles:
+        plan = plan.model_copy(update=dict(tiles, warps=tiles.get("block_m", plan.block_m) // 16))
+    return plan
+
+
+def assert_compiles_asynchronous(switch: str, plans: list) -> None:
+    """Each plan rendered with the sm90 schedule switch `switch` on compiles for sm_90a (in parallel), and ptxas
+    keeps its wgmma asynchronous (no "serialized" info line)."""
+    from flashgen.harness.compile import compile_cuda
+    from flashgen.harness.ptxas import serialized_wgmma
+    from flashgen.translators.backends.sm90 import kernel
+    from flashgen.translators.render import render
+
+    with kernel.schedule_overrides(**{switch: True}):
+        sources = [render(plan)[0] for plan in plans]
+    with ThreadPoolExecutor(len(sources)) as pool:
+        results = list(pool.map(lambda source: compile_cuda(source, "sm_90a"), sources))
+    for plan, result in zip(plans, results, strict=True):
+        assert result.ok, result.log
+        assert not serialized_wgmma(result.log), f"{plan.name}: {serialized_wgmma(result.log)}"
+
 
 def build_under_switch(switch: str, marker: str, dtype: str, variant: Any, head_dim: int, mods: dict | None = None):
     """(source, manifest) of the H200 kernel `flashgen generate` builds (with `mods`: the mask suite's kernel of

@@ -8,25 +8,20 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from flashgen.harness.ptxas import serialized_wgmma
 from flashgen.translators.backends.sm90 import kernel
 from flashgen.translators.backends.sm90.kernel import INCLUDE_DIRS
 from flashgen.translators.render import render
-from flashgen.translators.rules import plan_for_variant
-from flashgen.variant import DType, Norm, Variant
+from flashgen.variant import Norm, Variant
+from tests.gpu_kernels import assert_compiles_asynchronous, sm90_plan
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 
 
 def _plan(variant: Variant, head_dim: int = 128, **tiles):
-    plan = plan_for_variant(variant, "h200", DType.bf16, head_dim, name=f"bm_{head_dim}", backend="sm90")
-    if tiles:
-        plan = plan.model_copy(update=dict(tiles, warps=tiles.get("block_m", plan.block_m) // 16))
-    return plan
+    return sm90_plan(variant, head_dim, f"bm_{head_dim}", **tiles)
 
 
 @needs_nvcc
@@ -84,13 +79,5 @@ def test_where_the_switch_applies(variant, head_dim, tiles, applies):
 
 @needs_nvcc
 def test_kernels_under_the_switch_compile_with_asynchronous_wgmma():
-    from flashgen.harness.compile import compile_cuda
-
-    plans = [_plan(Variant(causal=True), 64), _plan(Variant(causal=True, window=256), 128)]
-    with kernel.schedule_overrides(bit_masks=True):
-        sources = [render(plan)[0] for plan in plans]
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda source: compile_cuda(source, "sm_90a"), sources))
-    for plan, result in zip(plans, results, strict=True):
-        assert result.ok, result.log
-        assert not serialized_wgmma(result.log), f"{plan.name}: {serialized_wgmma(result.log)}"
+    assert_compiles_asynchronous("bit_masks", [_plan(Variant(causal=True), 64),
+                                               _plan(Variant(causal=True, window=256), 128)])

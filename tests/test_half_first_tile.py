@@ -7,24 +7,19 @@ renders, and that ptxas keeps the kernels' wgmma asynchronous. The GPU half: tes
 from __future__ import annotations
 
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from flashgen.harness.ptxas import serialized_wgmma
 from flashgen.translators.backends.sm90 import kernel
 from flashgen.translators.render import render
-from flashgen.translators.rules import plan_for_variant
-from flashgen.variant import DType, Variant
+from flashgen.variant import Variant
+from tests.gpu_kernels import assert_compiles_asynchronous, sm90_plan
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 
 
 def _plan(variant: Variant, head_dim: int = 128, **tiles):
-    plan = plan_for_variant(variant, "h200", DType.bf16, head_dim, name=f"hp_{head_dim}", backend="sm90")
-    if tiles:
-        plan = plan.model_copy(update=dict(tiles, warps=tiles.get("block_m", plan.block_m) // 16))
-    return plan
+    return sm90_plan(variant, head_dim, f"hp_{head_dim}", **tiles)
 
 
 @pytest.mark.parametrize("variant, head_dim, tiles, applies", [
@@ -62,14 +57,6 @@ def test_kernels_under_the_switch_compile_with_asynchronous_wgmma():
     """Both halves are chosen behind branches: ptxas keeps every wgmma asynchronous only where the branch is
     warp-uniform to it (the limit broadcast from lane 0: C7520 before) and the half S has an accumulator of its own
     (C7515 / C7511 when it wrote half of acc_s)."""
-    from flashgen.harness.compile import compile_cuda
-
-    plans = [_plan(Variant(causal=True), 64, block_m=128), _plan(Variant(causal=True, window=256), 128),
-             _plan(Variant(causal=True), 256)]
-    with kernel.schedule_overrides(half_first_tile=True):
-        sources = [render(plan)[0] for plan in plans]
-    with ThreadPoolExecutor(3) as pool:
-        results = list(pool.map(lambda source: compile_cuda(source, "sm_90a"), sources))
-    for plan, result in zip(plans, results, strict=True):
-        assert result.ok, result.log
-        assert not serialized_wgmma(result.log), f"{plan.name}: {serialized_wgmma(result.log)}"
+    assert_compiles_asynchronous("half_first_tile", [_plan(Variant(causal=True), 64, block_m=128),
+                                                     _plan(Variant(causal=True, window=256), 128),
+                                                     _plan(Variant(causal=True), 256)])

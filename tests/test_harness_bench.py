@@ -1,5 +1,7 @@
 import math
 import statistics
+from contextlib import nullcontext
+from types import SimpleNamespace
 
 import pytest
 
@@ -201,52 +203,20 @@ def test_every_kernel_of_a_shape_is_timed_in_the_same_rounds(monkeypatch):
     assert all(e.tflops and e.tflops > 0 for e in report.entries if e.stats is not None)
 
 
-class _FakeCuda:
+def _fake_cupy(clock: list[float]) -> SimpleNamespace:
     """cupy's few calls time_samples makes, on a fake clock: each event takes the clock's time when recorded, and a
     call of the timed fn advances the clock by the kernel's time (the events' span) plus, on the host, whatever
     else the call waits for."""
 
-    def __init__(self, clock):
-        self.clock = clock
-        fake = self
+    class Event:
+        def record(self, stream=None):
+            self.t = clock[0]
 
-        class Event:
-            def record(self, stream=None):
-                self.t = fake.clock[0]
-
-        class Runtime:
-            @staticmethod
-            def getDeviceProperties(device):
-                return {"l2CacheSize": 1 << 20}
-
-            @staticmethod
-            def deviceSynchronize():
-                pass
-
-        class Device:
-            id = 0
-
-        class Stream:
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                return False
-
-        self.Event, self.runtime, self.Device = Event, Runtime, Device
-        self.get_current_stream = Stream
-        self.get_elapsed_time = lambda start, end: end.t - start.t
-
-
-class _FakeCupy:
-    def __init__(self, clock):
-        self.cuda, self.uint32 = _FakeCuda(clock), "uint32"
-
-    def empty(self, n, dtype):
-        class Buffer:
-            def fill(self, value):
-                pass
-        return Buffer()
+    runtime = SimpleNamespace(getDeviceProperties=lambda device: {"l2CacheSize": 1 << 20},
+                              deviceSynchronize=lambda: None)
+    cuda = SimpleNamespace(Event=Event, runtime=runtime, Device=lambda: SimpleNamespace(id=0),
+                           get_current_stream=nullcontext, get_elapsed_time=lambda start, end: end.t - start.t)
+    return SimpleNamespace(cuda=cuda, uint32="uint32", empty=lambda n, dtype: SimpleNamespace(fill=lambda value: None))
 
 
 @pytest.mark.parametrize("waits, flagged", [((0.0, 0.0, 9.0), False),  # another process's kernel, now and then
@@ -263,7 +233,7 @@ def test_the_host_cross_check_takes_the_fastest_synchronized_call(monkeypatch, w
         calls[0] += 1
         clock[0] += 1.0 + waits[calls[0] % 3] * (calls[0] > 13)  # the host timing's calls come after 3 + 10
 
-    monkeypatch.setattr(device, "_cupy", lambda: _FakeCupy(clock))
+    monkeypatch.setattr(device, "_cupy", lambda: _fake_cupy(clock))
     monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0] / 1e3)
     stats = bench.time_callable(fn, min_reps=10, max_reps=10, host_reps=6)
     assert stats.median_ms == 1.0 and stats.reps == 10

@@ -44,8 +44,9 @@ class TimingStats(BaseModel):
     min_ms: float
     mean_ms: float
     reps: int
-    host_ms_per_call: float | None = Field(default=None, description="host clock, device-synchronized per call "
-                                                                        "(the fastest call)")
+    host_ms_per_call: float | None = Field(default=None, description="host clock, device-synchronized per call: "
+                                                                        "the fastest call (over rounds: the mean of "
+                                                                        "each round's fastest)")
     undertimed: bool = False
     note: str = ""
     rounds: int = Field(default=1, description="rounds the samples were gathered in (time_in_rounds), pooled")
@@ -219,8 +220,9 @@ BENCH_ROUNDS = 4
 #: seconds the first kernel of each shape runs untimed before its rounds (settle_card; the CLI's and the suite's
 #: default). The rounds alone left a bias: one kernel against its own renamed twin, the first listed read 2.3 %
 #: faster at causal bf16 d128 4k (H100, session 25; 1-5 % in three runs of session 23). With 0.3 s, both orders:
-#: +0.7 / -0.6 % at d128, -1.2 / +1.8 % at d64 (noise, no side), level at N = 512. It costs 0.3 s a shape. Whether
-#: 0.3 s is long enough at 16k, past the dip after the boost: benchmarks/kernel_dev/settle_call.sh (NOTES, s25).
+#: +0.7 / -0.6 % at d128, -1.2 / +1.8 % at d64 (noise, no side), level at N = 512. It costs 0.3 s a shape. Longer
+#: does not help at 16k: settle 0 / 0.3 / 1 / 2 s read ours against cuDNN at 1.16 / 1.17 / 1.03 / 1.04x, the clock
+#: swinging +-12 % between rounds of one run, in no order (H100, settle_call.sh; NOTES.md, session 26).
 BENCH_SETTLE_S = 0.3
 
 
@@ -228,9 +230,9 @@ def time_in_rounds(runs: list[tuple[Any, Callable[[], Any]]], rounds: int,
                    timer: Callable[[Callable[[], Any]], tuple[list[float], float]],
                    settle: Callable[[Callable[[], Any]], None] | None = None) -> dict[int, Any]:
     """Each (key, fn) of `runs` timed by `timer` in every one of `rounds` rounds, the runs in order in even rounds and
-    in reverse in odd ones; per index of `runs`: TimingStats of the pooled samples (host time: the rounds' mean), or
-    the exception its timing raised (that run is not timed again), with each round's median in round order.
-    `settle`, where given, runs the first run untimed before the first round (settle_card)."""
+    in reverse in odd ones; per index of `runs`: TimingStats of the pooled samples (host time: the mean of the
+    rounds' fastest calls), or the exception its timing raised (that run is not timed again), with each round's
+    median in round order. `settle`, where given, runs the first run untimed before the first round (settle_card)."""
     samples: dict[int, list[float]] = {i: [] for i in range(len(runs))}
     round_medians: dict[int, list[float]] = {i: [] for i in range(len(runs))}
     hosts: dict[int, list[float]] = {i: [] for i in range(len(runs))}
