@@ -224,16 +224,19 @@ def test_help_prints_every_word_of_its_text(path):
     assert not missing, f"{path} --help lost {sorted(missing)}"
 
 
-@pytest.mark.parametrize("given, expected", [((), "BENCH_SETTLE_S"), (("--settle", "0"), "0.0"),
-                                             (("--settle", "1.5"), "1.5")])
-def test_settle_defaults_to_the_benchmarks_constant(given, expected, tmp_path):
+@pytest.mark.parametrize("given, expected", [((), ("BENCH_SETTLE_S", "BENCH_SETTLE_EACH")),
+                                             (("--settle", "0"), (0.0, "BENCH_SETTLE_EACH")),
+                                             (("--settle", "1.5", "--settle-each"), (1.5, True)),
+                                             (("--no-settle-each",), ("BENCH_SETTLE_S", False))])
+def test_settling_defaults_to_the_benchmarks_constants(given, expected, tmp_path):
     """Without --settle a suite settles the card for bench.BENCH_SETTLE_S (the twin A/B that chose it is in its
-    comment); --settle 0 turns settling off."""
-    from flashgen.harness.bench import BENCH_SETTLE_S
+    comment), and without --settle-each / --no-settle-each it warms each timed block as bench.BENCH_SETTLE_EACH
+    says; --settle 0 turns settling off."""
+    from flashgen.harness import bench
 
     stub = ("import flashgen.harness.cli as c; "
-            "c._suite = lambda *a, **k: print('settle_s', float(a[-1])); ")
+            "c._suite = lambda *a, settle_each, **k: print('settle_s', float(a[-1]), 'settle_each', settle_each); ")
     done = run("bench", "--suite", "hopper", *given, tmp_path=tmp_path, prelude=stub)
     assert done.returncode == 0, done.stderr
-    want = BENCH_SETTLE_S if expected == "BENCH_SETTLE_S" else float(expected)
-    assert done.stdout.strip() == f"settle_s {want}", done.stdout
+    settle_s, settle_each = (getattr(bench, v) if isinstance(v, str) else v for v in expected)
+    assert done.stdout.strip() == f"settle_s {float(settle_s)} settle_each {settle_each}", done.stdout

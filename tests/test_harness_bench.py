@@ -88,6 +88,30 @@ def test_the_card_settles_on_the_first_run_before_any_sample():
     assert isinstance(stats[0], RuntimeError) and stats[1].reps == 2  # the first run fails as its timing would
 
 
+def test_each_timing_follows_its_own_warm_block_where_asked():
+    """`warm` (bench_kernels' settle_each) runs a run untimed right before each of its timings, so that no block
+    follows another kernel's (BENCH_SETTLE_EACH says why); the first run's settle still comes first, once; a warm
+    block that fails fails its run as the timing would have."""
+    events: list[str] = []
+
+    def timer(fn):
+        events.append(f"timed {fn()}")
+        return [1.0], 1.0
+
+    runs = [("ours", lambda: "ours"), ("cudnn", lambda: "cudnn")]
+    time_in_rounds(runs, 2, timer, settle=lambda fn: events.append(f"settled {fn()}"),
+                   warm=lambda fn: events.append(f"warmed {fn()}"))
+    assert events == ["settled ours", "warmed ours", "timed ours", "warmed cudnn", "timed cudnn",
+                      "warmed cudnn", "timed cudnn", "warmed ours", "timed ours"]
+
+    def warm_fails(fn):
+        if fn() == "cudnn":
+            raise RuntimeError("cudnn fell over")
+
+    stats = time_in_rounds(runs, 2, timer, warm=warm_fails)
+    assert stats[0].reps == 2 and isinstance(stats[1], RuntimeError)
+
+
 def test_a_run_that_fails_is_reported_and_not_timed_again():
     seen: list[str] = []
 
@@ -148,10 +172,13 @@ def test_bench_rejects_an_unknown_flex_mode():
         bench_kernels([], [], flex="sometimes")
 
 
-def test_every_kernel_of_a_shape_is_timed_in_the_same_rounds(monkeypatch):
+@pytest.mark.parametrize("settle_each", [False, True])
+def test_every_kernel_of_a_shape_is_timed_in_the_same_rounds(monkeypatch, settle_each):
     """bench_kernels on a fake device (no GPU): two kernels and a baseline at one shape are timed round by round
     together, the order reversed every other round, so a clock that drifts during the run moves them alike; a
-    kernel built for another head dim is skipped at that shape, and a second shape gets rounds of its own."""
+    kernel built for another head dim is skipped at that shape, and a second shape gets rounds of its own. With
+    settle_each, each timing follows an untimed block of its own run, as long as the timed one; the report keeps
+    how it timed."""
     import contextlib
     import types
     from pathlib import Path
@@ -189,13 +216,19 @@ def test_every_kernel_of_a_shape_is_timed_in_the_same_rounds(monkeypatch):
         return [float(len(calls))], 0.1
 
     monkeypatch.setattr(bench, "time_samples", time_samples)
+    monkeypatch.setattr(bench, "settle_card", lambda fn, seconds, stream: calls.append(f"untimed {seconds:g} s"))
     shapes = [Shape(B=1, H=2, N=256, M=256, D=128), Shape(B=1, H=2, N=512, M=512, D=128)]
     report = bench.bench_kernels([device.KernelInput(manifest=m, source="//") for m in (first, other_dim, second)],
-                                 shapes, rounds=2, flex="off")
+                                 shapes, rounds=2, flex="off", min_time_s=0.2, settle_each=settle_each)
     small, large = (bench.shape_text(s) for s in shapes)
     group = [f"fg_first bench {small}", f"sdpa_cudnn bench {small}", f"fg_second bench {small}"]
     group_large = [g.replace(small, large) for g in group]
-    assert calls == group + group[::-1] + group_large + group_large[::-1]
+    timings = [c for c in calls if not c.startswith("untimed")]
+    assert timings == group + group[::-1] + group_large + group_large[::-1]
+    # a timing's block is min_time_s / rounds; its warm block as long
+    assert calls == ([c for t in timings for c in ("untimed 0.1 s", t)] if settle_each else timings)
+    assert report.settings == {"min_time_s": 0.2, "rounds": 2, "settle_s": 0.0, "settle_each": settle_each,
+                               "baselines": True, "flex": "off"}
     timed = [(e.name, e.stats.reps) for e in report.entries if e.stats is not None]
     assert timed == [("fg_first", 2), ("sdpa_cudnn", 2), ("fg_second", 2)] * 2
     skipped = [e for e in report.entries if e.name == "fg_d64"]

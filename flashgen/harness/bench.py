@@ -225,14 +225,26 @@ BENCH_ROUNDS = 4
 #: swinging +-12 % between rounds of one run, in no order (H100, settle_call.sh; NOTES.md, session 26).
 BENCH_SETTLE_S = 0.3
 
+#: whether each timed block of the rounds follows an untimed block of its own kernel, as long as itself (the CLI's
+#: --settle-each). Off until measured. Why it may be wanted: at plain bf16 d128 16k the ratio to cuDNN of one round
+#: hangs on the order within it. In session 26's four settle runs (H100; each block 25 ms, a few calls), the rounds
+#: where ours ran first, right after its own previous block or the settle, read 0.91-1.00x; those where it ran last,
+#: after FLASH, read 1.13-1.29x, and cuDNN's own blocks split the same way (3.19-3.36 ms after EFFICIENT, 3.56-4.13
+#: right after its own). A block right after a lighter kernel runs in the boost that the card's power cap then takes
+#: back; the warm block puts every kernel under its own draw. It costs min_time_s again per kernel and shape (the
+#: Hopper grid: ~36 s). At 512 and 4k the rounds hold within 1 % without it.
+BENCH_SETTLE_EACH = False
+
 
 def time_in_rounds(runs: list[tuple[Any, Callable[[], Any]]], rounds: int,
                    timer: Callable[[Callable[[], Any]], tuple[list[float], float]],
-                   settle: Callable[[Callable[[], Any]], None] | None = None) -> dict[int, Any]:
+                   settle: Callable[[Callable[[], Any]], None] | None = None,
+                   warm: Callable[[Callable[[], Any]], None] | None = None) -> dict[int, Any]:
     """Each (key, fn) of `runs` timed by `timer` in every one of `rounds` rounds, the runs in order in even rounds and
     in reverse in odd ones; per index of `runs`: TimingStats of the pooled samples (host time: the mean of the
     rounds' fastest calls), or the exception its timing raised (that run is not timed again), with each round's
-    median in round order. `settle`, where given, runs the first run untimed before the first round (settle_card)."""
+    median in round order. `settle`, where given, runs the first run untimed before the first round (settle_card);
+    `warm`, where given, runs each run untimed right before each of its timings (BENCH_SETTLE_EACH)."""
     samples: dict[int, list[float]] = {i: [] for i in range(len(runs))}
     round_medians: dict[int, list[float]] = {i: [] for i in range(len(runs))}
     hosts: dict[int, list[float]] = {i: [] for i in range(len(runs))}
@@ -248,6 +260,8 @@ def time_in_rounds(runs: list[tuple[Any, Callable[[], Any]]], rounds: int,
             if i in failed:
                 continue
             try:
+                if warm is not None:
+                    warm(runs[i][1])
                 got, host_ms = timer(runs[i][1])
             except Exception as exc:
                 failed[i] = exc
@@ -284,6 +298,8 @@ class BenchReport(BaseModel):
     target: str | None = None
     created: str = Field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     entries: list[BenchEntry] = Field(default_factory=list)
+    settings: dict[str, Any] = Field(default_factory=dict, description="how the samples were taken: bench_kernels' "
+                                     "min_time_s, rounds, settle_s, settle_each, baselines, flex")
     compile: dict[str, Any] = Field(default_factory=dict, description="per kernel: compile feedback and resources")
 
     def groups(self) -> dict[tuple[str, str, str], list[BenchEntry]]:
@@ -414,14 +430,15 @@ BENCH_SEED = 0
 
 def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, min_time_s: float = 0.2,
                   seed: int = BENCH_SEED, flex: FlexMode = "static", scale: float | None = None,
-                  rounds: int = 1, settle_s: float = 0.0) -> BenchReport:
+                  rounds: int = 1, settle_s: float = 0.0, settle_each: bool = False) -> BenchReport:
     """Time each kernel (device.KernelInput, or (source | cubin path, manifest) pairs) on each shape,
     and every baseline on the same (dtype, variant, shape) once, beside the first kernel timed there. Needs a GPU;
     runs in-process (the worker calls it). A shape whose D differs from a kernel's head_dim is skipped for that
     kernel. `flex` says how FlexAttention is compiled (FlexMode). `scale`: the softmax scale of ours and the
     baselines (None: 1/sqrt(D)). `rounds`: every kernel of a shape and the baselines beside them are timed in that
     many rounds, min_time_s shared among them, the kernels first then last (time_in_rounds; BENCH_ROUNDS says why),
-    after `settle_s` seconds of the first of them untimed (settle_card; 0: none)."""
+    after `settle_s` seconds of the first of them untimed (settle_card; 0: none), and with `settle_each` each timed
+    block after an untimed one of its own kernel (BENCH_SETTLE_EACH)."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     if settle_s < 0:
@@ -442,7 +459,9 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
     cp = _cupy()
     env = environment_info()
     target = _target_name(env.get("gpu"))
-    report = BenchReport(env=env, target=target)
+    report = BenchReport(env=env, target=target,
+                         settings={"min_time_s": min_time_s, "rounds": rounds, "settle_s": settle_s,
+                                   "settle_each": settle_each, "baselines": baselines, "flex": flex})
     inputs = [k if isinstance(k, KernelInput) else _kernel_input(k) for k in kernels]
     stream = cp.cuda.Stream(non_blocking=True)
     l2 = int(env.get("l2_bytes") or 64 << 20)
@@ -464,6 +483,7 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
         return time_samples(fn, stream=stream, l2_bytes=l2, min_time_s=min_time_s / rounds)
 
     settle = (lambda fn: settle_card(fn, settle_s, stream)) if settle_s > 0 else None
+    warm = (lambda fn: settle_card(fn, min_time_s / rounds, stream)) if settle_each else None
 
     def time_shape(base_shape: Shape) -> None:
         """Every loaded kernel at this shape and the baselines beside them, timed in the same rounds: a clock that
@@ -511,8 +531,8 @@ def bench_kernels(kernels: list, shapes: list[Shape], baselines: bool = True, mi
                                                               stream, flex, slopes))
                     report.entries += [e for e, _fn in base]
                     runs += [((e, shape, man), fn) for e, fn in base if fn is not None]
-            for ((timed, shape, man), _fn), stats in zip(runs, time_in_rounds(runs, rounds, timer, settle).values(),
-                                                         strict=True):
+            timings = time_in_rounds(runs, rounds, timer, settle, warm)
+            for ((timed, shape, man), _fn), stats in zip(runs, timings.values(), strict=True):
                 if isinstance(stats, Exception):
                     if is_sticky_cuda_error(stats):
                         raise stats

@@ -101,6 +101,11 @@ def register(app: typer.Typer) -> None:
                       settle: float = typer.Option(None, help="seconds the first kernel of each shape runs untimed "
                                                    "before its rounds, so that the card's clock settles under its "
                                                    "power cap first (default 0.3; 0: none)"),
+                      settle_each: bool = typer.Option(None, "--settle-each/--no-settle-each",
+                                                       help="before each timed block of the rounds, run its kernel "
+                                                       "untimed as long again, so that each block runs under its own "
+                                                       "kernel's power draw, not the previous one's (default off: "
+                                                       "bench.BENCH_SETTLE_EACH)"),
                       timeout: float = typer.Option(600.0, help="seconds before the worker is killed"),
                       doc: str = typer.Option(None, help="report: the markdown file to write (e.g. docs/performance.md)")
                       ) -> None:
@@ -114,9 +119,10 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--rounds must be at least 1")
         if settle is not None and not (settle >= 0 and settle != float("inf")):  # NaN fails the first test
             raise UsageError(f"--settle {settle:g}: must be a number of seconds, 0 or more")
-        from flashgen.harness.bench import BENCH_ROUNDS, BENCH_SETTLE_S
+        from flashgen.harness.bench import BENCH_ROUNDS, BENCH_SETTLE_EACH, BENCH_SETTLE_S
 
         settle = BENCH_SETTLE_S if settle is None else settle
+        settle_each = BENCH_SETTLE_EACH if settle_each is None else settle_each
 
         rounds = rounds if rounds is not None else (BENCH_ROUNDS if baselines else 1)
         dirs = list(kernel_dirs or [])
@@ -129,7 +135,7 @@ def register(app: typer.Typer) -> None:
         flex_mode = "off" if not flex else (flex_compile or ("dynamic" if suite and not dirs else "static"))
         if suite and not dirs:
             return _suite(suite, gpu, arch_path, select, compile_only, jobs, out, baselines, flex_mode,
-                          0.1 if min_time is None else min_time, timeout, rounds, settle)
+                          0.1 if min_time is None else min_time, timeout, rounds, settle, settle_each=settle_each)
         for name, given in (("--gpu", gpu), ("--arch-path", arch_path), ("--select", select), ("--jobs", jobs)):
             if given is not None:
                 raise UsageError(f"{name} applies to a suite built from our kernels (--suite fa2 without kernel directories)")
@@ -138,7 +144,6 @@ def register(app: typer.Typer) -> None:
         min_time = 0.2 if min_time is None else min_time
         from flashgen.harness.bench import (
             SUITE_GRIDS,
-            BenchReport,
             default_output_path,
             parse_shapes,
         )
@@ -165,7 +170,6 @@ def register(app: typer.Typer) -> None:
             raise UsageError("no CUDA GPU here (cupy cannot see a device): benchmarking runs kernels")
         store = Store()
         run_id = store.new_run("bench", {"kernels": [k.label for k in kernels], "shapes": [s.model_dump() for s in shape_list]})
-        merged = BenchReport()
         with GpuWorker(job_timeout_s=timeout) as worker:
             runnable = []
             for kernel in kernels:
@@ -184,7 +188,7 @@ def register(app: typer.Typer) -> None:
                 raise FlashgenError("no kernel passed verification; nothing timed")
             result = worker.call("flashgen.harness.bench:bench_kernels", timeout_s=timeout, kernels=runnable,
                                  shapes=shape_list, baselines=baselines, min_time_s=min_time, flex=flex_mode,
-                                 rounds=rounds, settle_s=settle)
+                                 rounds=rounds, settle_s=settle, settle_each=settle_each)
         if not result.ok:
             store.add_event(run_id, "bench", {"error": result.error})
             store.finish_run(run_id, "failed", {"error": result.error})
@@ -354,7 +358,7 @@ def _write_text(path: Path, text: str) -> None:
 
 def _suite(suite: str, gpu: str | None, arch_path: str | None, select: str | None, compile_only: bool,
            jobs: int | None, out: str | None, baselines: bool, flex_mode: str, min_time: float, timeout: float,
-           rounds: int = 1, settle_s: float = 0.0) -> None:
+           rounds: int = 1, settle_s: float = 0.0, *, settle_each: bool = False) -> None:
     """`flashgen bench --suite fa2 [--gpu] [--arch-path] [--compile-only]`: our kernels, built for the suite."""
     from flashgen.harness import suite as suite_mod
     from flashgen.harness.bench import default_output_path
@@ -402,7 +406,7 @@ def _suite(suite: str, gpu: str | None, arch_path: str | None, select: str | Non
     _write_text(path, "{}")  # fail early on an unwritable path, not after minutes of timing
     result = suite_mod.run_suite(gpu, suite, arch_path, select=select, baselines=baselines, flex=flex_mode,
                                  min_time_s=min_time, jobs=jobs, job_timeout_s=timeout, out=path, rounds=rounds,
-                                 settle_s=settle_s,
+                                 settle_s=settle_s, settle_each=settle_each,
                                  progress=lambda msg: console.print(msg, style="dim"))
     for line in suite_mod.summary_lines(result):
         console.print(line)

@@ -30,6 +30,7 @@ from flashgen.harness.bench import (
     BASELINE_LABELS,
     BENCH_ROUNDS,
     BENCH_SEED,
+    BENCH_SETTLE_EACH,
     BENCH_SETTLE_S,
     FLEX_MODES,
     SUITE_GRIDS,
@@ -475,10 +476,12 @@ def toolchain_info() -> dict[str, Any]:
 def run_suite(gpu: str, suite: str = "fa2", arch_path: str | None = None, *, select: str | None = None,
               baselines: bool = True, flex: FlexMode = "dynamic", min_time_s: float = 0.1, jobs: int | None = None,
               job_timeout_s: float = 300.0, out: Path | None = None, rounds: int = BENCH_ROUNDS,
-              settle_s: float = BENCH_SETTLE_S, progress: Callable[[str], None] = lambda _msg: None) -> SuiteResult:
+              settle_s: float = BENCH_SETTLE_S, settle_each: bool = BENCH_SETTLE_EACH,
+              progress: Callable[[str], None] = lambda _msg: None) -> SuiteResult:
     """Build, compile (in parallel), verify on verify.QUICK_CASES and time every row beside the baselines, in `rounds`
-    rounds (bench.time_in_rounds), after `settle_s` seconds of each kernel untimed (bench.settle_card). Writes `out`
-    after every kernel, so a run cut short still leaves what it measured."""
+    rounds (bench.time_in_rounds), after `settle_s` seconds of each kernel untimed (bench.settle_card), and with
+    `settle_each` each timed block after an untimed one of its own kernel. Writes `out` after every kernel, so a run
+    cut short still leaves what it measured."""
     from flashgen.harness.verify import QUICK_CASES, quick_cases
     from flashgen.harness.worker import GpuWorker, KernelInput, device_arch, have_gpu
 
@@ -502,7 +505,7 @@ def run_suite(gpu: str, suite: str = "fa2", arch_path: str | None = None, *, sel
                          translation_target=target.name,
                          compile_arch=arch, kernels=kernels,
                          settings={"min_time_s": min_time_s, "rounds": rounds, "settle_s": settle_s,
-                                   "baselines": baselines, "flex": flex,
+                                   "settle_each": settle_each, "baselines": baselines, "flex": flex,
                                    "verify_cases": list(QUICK_CASES),
                                    "verify_note": "each kernel is verified on this small subset of "
                                    "harness.verify.default_cases before timing; the full set runs in the GPU tests",
@@ -542,7 +545,8 @@ def run_suite(gpu: str, suite: str = "fa2", arch_path: str | None = None, *, sel
                 continue
             timed = worker.call("flashgen.harness.bench:bench_kernels", timeout_s=job_timeout_s,
                                 kernels=[kernel_input], shapes=[r.shape for r in mine], baselines=baselines,
-                                min_time_s=min_time_s, flex=flex, rounds=rounds, settle_s=settle_s)
+                                min_time_s=min_time_s, flex=flex, rounds=rounds, settle_s=settle_s,
+                                settle_each=settle_each)
             if not timed.ok:
                 for r in mine:
                     r.status = f"bench failed: {(timed.error or '').splitlines()[0] if timed.error else '?'}"
@@ -669,6 +673,8 @@ def _rounds_text(settings: dict[str, Any]) -> str:
     """How a suite's kernels and baselines shared the card (runs before rounds: one pass, ours first)."""
     rounds, settle_s = settings.get("rounds", 1), settings.get("settle_s", 0.0)
     settled = f", after {settle_s:g} s of ours untimed" if settle_s else ""
+    if settings.get("settle_each"):
+        settled += ", each timed block after an untimed one of its own kernel"
     return (f", in {rounds} rounds (ours first, then last; samples pooled){settled}" if rounds > 1
             else f", one pass (ours first, then each baseline){settled}")
 
