@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Session 27's device call (three failed starts left about 1000 s of device time: one call must do it all), from the
-# repo root with carry [".whl", ".dev/s26"] and HPON_SHA=<the commit that turns half_first_tile on> (build first on
-# the CPU: python benchmarks/kernel_dev/hopper_build.py .dev/s26 {cur,HP}_causal_bf16_d64_128x128s2
-# {cur,HP}_causal_bf16_d128_128x128s2 {cur,HP}_causal_bf16_d256_128x64s2).
+# Written in session 27 for its one device call (three failed starts, then no machine lent: it never ran), and
+# replacing session 26's session27_call1.sh: the first call of the next session with a device, from the repo root
+# with carry [".whl", ".dev/s26"] and HPON_SHA=<the commit that turns half_first_tile on: session 27 left it on the
+# branch hpon, 346ee11, to rebase onto main> (build first on the CPU: python benchmarks/kernel_dev/hopper_build.py
+# .dev/s26 {cur,HP}_causal_bf16_d64_128x128s2 {cur,HP}_causal_bf16_d128_128x128s2 {cur,HP}_causal_bf16_d256_128x64s2).
+# The 16k timing question session27_call1.sh also asked is session28_call2.sh.
 #   1. The half_first_tile switch's GPU tests (never run) and test_harness_gpu.py (its host-time check fixed in s26).
 #   2. HP (half_first_tile) against cur, both orders, ours alone in 4 rounds (no baselines: it is our A/B): causal
 #      bf16 d64 128x128 at 512 / 1k, d128 at 512 / 1k / 4k, d256 128x64 at 512 / 4k. Predicted (session 26):
@@ -15,7 +17,7 @@
 set -u
 export FLASHGEN_GIT_COMMIT=${FLASHGEN_GIT_COMMIT:-unknown}
 . benchmarks/device_prelude.sh || exit 1
-scratch /tmp/s27 "${BUDGET:-580}"
+scratch /tmp/s28c1 "${BUDGET:-580}"
 trap 'tar -czf "$OUT/call.tgz" -C "$W" .' EXIT
 timeout -k 10 "$(cap 150 400)" python3 -m pytest -m gpu -q -p no:cacheprovider -n 6 --durations=10 \
   tests/test_half_first_tile_gpu.py tests/test_harness_gpu.py > "$W/pytest-hp.log" 2>&1
