@@ -4,7 +4,7 @@
 # Session 26's four settle runs (H100, plain bf16 d128 16k, 4 rounds of 25 ms blocks) read ours / cuDNN at
 # 1.03-1.17x; split by the order inside each round, the rounds where ours ran right after its own previous block
 # (or the settle) read 0.91-1.01x, those where it ran after FLASH 1.13-1.29x, and cuDNN's own blocks split the same
-# way (3.19-3.36 ms after EFFICIENT, 3.56-4.13 right after its own). bench.BENCH_SETTLE_EACH says why and what
+# way (3.19-3.63 ms after EFFICIENT, 3.56-4.13 right after its own). bench.BENCH_SETTLE_EACH says why and what
 # --settle-each does. Three ways, each twice, interleaved (a b c a b c), plain bf16 d128 and d256 16k beside cuDNN:
 #   a. the grid's (--min-time 0.1, 4 rounds, settle 0.3);
 #   b. the same with --settle-each;

@@ -229,7 +229,7 @@ BENCH_SETTLE_S = 0.3
 #: --settle-each). Off until measured. Why it may be wanted: at plain bf16 d128 16k the ratio to cuDNN of one round
 #: hangs on the order within it. In session 26's four settle runs (H100; each block 25 ms, a few calls), the rounds
 #: where ours ran first, right after its own previous block or the settle, read 0.91-1.01x; those where it ran last,
-#: after FLASH, read 1.13-1.29x, and cuDNN's own blocks split the same way (3.19-3.36 ms after EFFICIENT, 3.56-4.13
+#: after FLASH, read 1.13-1.29x, and cuDNN's own blocks split the same way (3.19-3.63 ms after EFFICIENT, 3.56-4.13
 #: right after its own). A block right after a lighter kernel runs in the boost that the card's power cap then takes
 #: back; the warm block puts every kernel under its own draw. It costs min_time_s again per kernel and shape (the
 #: Hopper grid: ~36 s). At 512 and 4k the rounds hold within 1 % without it.
