@@ -15,6 +15,7 @@ from flashgen.harness.suite import (
     build_suite_kernels,
     first_round_drift,
     interpreted_counts,
+    order_split,
     render_markdown,
     suite_rows,
     summarize,
@@ -132,6 +133,25 @@ def test_first_round_drift_reads_each_kernels_first_round_against_its_later_ones
     assert "  first round / later rounds (geomean, > 1: the first slower): ours 1.040, CUDNN 1.000" in summary_lines(result)
     assert first_round_drift(_result("sm_80", {512: 1.0}).rows) == {}
     assert not any("first round" in line for line in summary_lines(_result("sm_80", {512: 1.0})))
+
+
+def test_order_split_finds_the_row_whose_speedup_hangs_on_the_order_in_a_round():
+    """Session 26's 16k case: cuDNN's speedup 0.95x in the rounds where ours ran first and 1.25x where it ran last
+    on one row, level on the other: the split (0.95 / 1.25) names that row; FLASH, level on both rows, reads 1."""
+    result = _result("sm_80", {512: 1.0, 1024: 4.0})
+    short, long_row = [r for r in result.rows if r.status == "timed"]
+    for row, cudnn_speedups in ((short, [1.0, 1.0, 1.0, 1.0]), (long_row, [0.95, 1.25, 0.95, 1.25])):
+        ours = [3.0, 3.1, 3.2, 3.3]
+        row.ours.stats.round_medians_ms = ours
+        row.baselines["sdpa_cudnn"].stats.round_medians_ms = [o * x for o, x in zip(ours, cudnn_speedups)]
+        row.baselines["sdpa_flash"].stats.round_medians_ms = [o * 2 for o in ours]
+    split = order_split(result.rows)
+    assert math.isclose(split["sdpa_cudnn"][0], 0.95 / 1.25) and "N=1024" in split["sdpa_cudnn"][1]
+    assert math.isclose(split["sdpa_flash"][0], 1.0)
+    line = next(x for x in summary_lines(result) if "ours first / last" in x)
+    assert "CUDNN 0.760 at" in line and "N=1024" in line.partition("CUDNN")[2]
+    assert order_split(_result("sm_80", {512: 1.0}).rows) == {}  # no round medians: nothing to read
+    assert not any("ours first / last" in x for x in summary_lines(_result("sm_80", {512: 1.0})))
 
 
 def test_report_renders_tables_summaries_and_the_path_ratio(tmp_path):

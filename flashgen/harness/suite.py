@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import math
 import os
 import statistics
 import subprocess
@@ -415,6 +416,26 @@ def first_round_drift(rows: list[SuiteRow]) -> dict[str, float]:
     return {label: statistics.geometric_mean(r) for label, r in ratios.items()}
 
 
+def order_split(rows: list[SuiteRow]) -> dict[str, tuple[float, str]]:
+    """Per baseline: (split, row label) for the row whose speedup (baseline / ours, each round's medians) moved most with the order inside
+    a round, as the mean speedup over the rounds where ours ran first (even rounds: right after its own previous
+    block or the settle) over that where it ran last (time_in_rounds); 1: the order did not matter. Session 26's
+    16k rounds read 0.91-1.01x cuDNN first and 1.13-1.29x last (bench.BENCH_SETTLE_EACH). Rows timed in fewer
+    than two rounds, or before round medians were recorded, are left out."""
+    worst: dict[str, tuple[float, str]] = {}
+    for row in rows:
+        ours = row.ours.stats.round_medians_ms if row.ours is not None and row.ours.stats is not None else []
+        for label, entry in row.baselines.items():
+            theirs = entry.stats.round_medians_ms if entry.stats is not None else []
+            if len(ours) < 2 or len(theirs) != len(ours) or min(ours) <= 0:
+                continue
+            speedups = [t / o for o, t in zip(ours, theirs)]
+            split = statistics.fmean(speedups[0::2]) / statistics.fmean(speedups[1::2])
+            if label not in worst or abs(math.log(split)) > abs(math.log(worst[label][0])):
+                worst[label] = (split, row_label(row))
+    return worst
+
+
 def padding_costs(rows: list[SuiteRow]) -> list[PaddingCost]:
     """Per timed row at a non-native head dim: its TF/s over that of the timed row at the same dtype, variant and
     length and at its native head dim (flashgen.translators.plan.native_head_dim); rows without a timed partner are
@@ -769,6 +790,10 @@ def summary_lines(result: SuiteResult) -> list[str]:
     if drift:
         out.append("  first round / later rounds (geomean, > 1: the first slower): "
                    + ", ".join(f"{BASELINE_LABELS.get(k, k)} {v:.3f}" for k, v in drift.items()))
+    split = order_split(result.rows)
+    if split:
+        out.append("  speedup with ours first / last in a round, the row it moved most (1: the order did not matter): "
+                   + ", ".join(f"{BASELINE_LABELS.get(k, k)} {v:.3f} at {where}" for k, (v, where) in split.items()))
     for c in padding_costs(result.rows):
         out.append(f"  d{c.head_dim} beside d{c.native_head_dim} ({c.dtype} {c.variant} N={c.n}): {c.tflops:.1f} / "
                    f"{c.native_tflops:.1f} TF/s = {c.ratio:.2f}")
