@@ -14,13 +14,14 @@
 # stop the next, and everything lands in $OUT/measure.tgz (the device returns at most 8 files). STEPS (default
 # "hopper variants headdims mods scaling") picks the steps, e.g. STEPS="hopper variants mods" MODS_GPUS=h200 for the
 # Hopper path's figures alone (session 21's call 2). ROUNDS (default: the CLI's, 4) sets the grid's and the variants'
-# --rounds: session 26 read a 16k ratio move +-10 % between runs of 4 rounds (NOTES.md).
+# --rounds: session 26 read a 16k ratio move +-10 % between runs of 4 rounds (NOTES.md); SETTLE_EACH=1 gives both
+# --settle-each (NOTES.md, session 27: that spread is the order inside a round; the grid takes ~36 s more).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 . benchmarks/device_prelude.sh || exit 1
 scratch /tmp/measure 580
 FG="python3 -m flashgen.cli"
-ROUNDS_ARG=${ROUNDS:+--rounds $ROUNDS}
+TIMING_ARGS="${ROUNDS:+--rounds $ROUNDS}${SETTLE_EACH:+ --settle-each}"
 STEPS=" ${STEPS:-hopper variants headdims mods scaling} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 # A step's timeout keeps back what the wanted steps after it need at least (their floors) and 10 s for the tar, so
@@ -36,11 +37,11 @@ reserve() {  # STEP
   echo "$total"
 }
 if want hopper; then
-  timeout -k 10 "$(cap 300 "$(reserve hopper)")" $FG bench --suite hopper --gpu h200 --min-time 0.1 $ROUNDS_ARG --out "$W/hopper.json" > "$W/hopper.log" 2>&1
+  timeout -k 10 "$(cap 300 "$(reserve hopper)")" $FG bench --suite hopper --gpu h200 --min-time 0.1 $TIMING_ARGS --out "$W/hopper.json" > "$W/hopper.log" 2>&1
   echo "[$SECONDS s] hopper grid: exit $?"; tail -5 "$W/hopper.log"
 fi
 if want variants; then
-  timeout -k 10 "$(cap 100 "$(reserve variants)")" $FG bench --suite variants --gpu h200 --min-time 0.1 $ROUNDS_ARG --out "$W/variants.json" > "$W/variants.log" 2>&1
+  timeout -k 10 "$(cap 100 "$(reserve variants)")" $FG bench --suite variants --gpu h200 --min-time 0.1 $TIMING_ARGS --out "$W/variants.json" > "$W/variants.log" 2>&1
   echo "[$SECONDS s] variants: exit $?"; tail -12 "$W/variants.log"
 fi
 if want headdims; then
