@@ -417,11 +417,12 @@ def first_round_drift(rows: list[SuiteRow]) -> dict[str, float]:
 
 
 def order_split(rows: list[SuiteRow]) -> dict[str, tuple[float, str]]:
-    """Per baseline: (split, row label) for the row whose speedup (baseline / ours, each round's medians) moved most with the order inside
-    a round, as the mean speedup over the rounds where ours ran first (even rounds: right after its own previous
-    block or the settle) over that where it ran last (time_in_rounds); 1: the order did not matter. Session 26's
-    16k rounds read 0.91-1.01x cuDNN first and 1.13-1.29x last (bench.BENCH_SETTLE_EACH). Rows timed in fewer
-    than two rounds, or before round medians were recorded, are left out."""
+    """Per baseline: (split, row label) of the row whose speedup (baseline / ours, from each round's medians) moved
+    most with the order inside a round. The split is the mean speedup over the rounds where ours ran first (even
+    rounds: right after its own previous block, or the settle) over the mean over those where it ran last
+    (time_in_rounds); 1: the order did not matter. Session 26's 16k rounds read 0.91-1.01x cuDNN first and
+    1.13-1.29x last (bench.BENCH_SETTLE_EACH). Rows timed in fewer than two rounds, or before round medians were
+    recorded, are left out."""
     worst: dict[str, tuple[float, str]] = {}
     for row in rows:
         ours = row.ours.stats.round_medians_ms if row.ours is not None and row.ours.stats is not None else []
