@@ -2,8 +2,9 @@
 #   . benchmarks/device_prelude.sh || exit 1
 # It installs the carried wheels (.whl/: the packages that machine's image lacks, built with
 # ../shared/gpu/wheelhouse.sh as gpu_suite.sh's header lists them; NO_WHEELS=1 skips the install), puts them and the
-# checkout on PYTHONPATH, sets unbuffered Python, one BLAS thread and flashgen's home (FLASHGEN_HOME, default
-# /tmp/flashgen-home), makes $OUT (default /tmp/flashgen-out), and defines
+# checkout on PYTHONPATH, unpacks a carried compile cache (.cubin-cache.tgz, benchmarks/warm_cache.py), sets
+# unbuffered Python, one BLAS thread and flashgen's home (FLASHGEN_HOME, default /tmp/flashgen-home), makes $OUT
+# (default /tmp/flashgen-out), and defines
 #   cap WANT RESERVE  a step's limit in seconds under one deadline, $BUDGET (set it first): WANT, but never more than
 #                     what is left minus RESERVE (what the later steps need), and never below 5
 #   device_header     the commit (FLASHGEN_GIT_COMMIT), the time and the CPUs; the GPU, its driver and clocks; nvcc
@@ -14,6 +15,15 @@ if [ -z "${NO_WHEELS:-}" ]; then
     || { echo "wheel install from .whl/ failed (carry .whl, or NO_WHEELS=1)"; return 1; }
 fi
 # A second script in the same call sets NO_WHEELS=1 and still finds the first one's install.
+# A compile cache filled on the CPU machine (benchmarks/warm_cache.py; carry .cubin-cache.tgz): unpacked once a call,
+# and FLASHGEN_CACHE_DIR points at it (a foreign entry is a cache miss, never a wrong cubin)
+if [ -f .cubin-cache.tgz ]; then
+  if [ ! -d /tmp/flashgen-cubin ]; then
+    mkdir -p /tmp/flashgen-cubin && tar -xzf .cubin-cache.tgz -C /tmp/flashgen-cubin \
+      || echo "could not unpack .cubin-cache.tgz; compiling afresh"
+  fi
+  export FLASHGEN_CACHE_DIR=/tmp/flashgen-cubin
+fi
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1
 export FLASHGEN_HOME=${FLASHGEN_HOME:-/tmp/flashgen-home}

@@ -17,12 +17,15 @@ module fixture `prebuilt_kernels` (conftest) hands a module its kernels.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
 from threading import Lock
+from types import ModuleType, SimpleNamespace
 from typing import Any, NamedTuple
 
 HOOK = "gpu_kernels"
@@ -67,6 +70,66 @@ class PassStats(NamedTuple):
         return (f"[gpu pre-compile] {self.kernels} kernels ({self.sources} distinct sources): {self.compiled} "
                 f"compiled, {self.cache_hits} from the cache, {self.failed} failed; {self.jobs} jobs; "
                 f"{self.wall_s:.1f} s wall (nvcc {self.nvcc_s:.0f} s summed)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Every kernel of every GPU test module, on a machine without a GPU (tests/test_kernel_hashes.py hashes them,
+# benchmarks/warm_cache.py compiles them into a compile cache to carry to a GPU machine)
+# ---------------------------------------------------------------------------------------------
+
+def gpu_module_paths(root: Path) -> list[Path]:
+    """The test modules under root/tests that define the HOOK."""
+    return sorted(p for p in (root / "tests").glob("test_*.py") if f"def {HOOK}(" in p.read_text())
+
+
+def _marks(obj) -> list:
+    marks = getattr(obj, "pytestmark", [])
+    return marks if isinstance(marks, list) else [marks]
+
+
+def _parametrizations(fn) -> list[dict]:
+    """Every params dict pytest would give `fn` (the product of its parametrize marks; [{}] without any)."""
+    axes = []
+    for mark in _marks(fn):
+        if mark.name != "parametrize":
+            continue
+        names, values = mark.args[0], mark.args[1]
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        rows = []
+        for value in values:
+            if hasattr(value, "values") and hasattr(value, "marks"):  # pytest.param(...)
+                row = tuple(value.values)
+            else:
+                row = (value,) if len(names) == 1 else tuple(value)
+            rows.append(dict(zip(names, row, strict=True)))
+        axes.append(rows)
+    return [dict(itertools.chain.from_iterable(d.items() for d in combo)) for combo in itertools.product(*axes)]
+
+
+def stand_in_items(module) -> list:
+    """Stand-ins for the module's GPU test items, as conftest hands them to the hook: originalname, and
+    callspec.params where parametrized."""
+    module_gpu = any(m.name == "gpu" for m in _marks(module))
+    items = []
+    for name, fn in vars(module).items():
+        if not (name.startswith("test_") and callable(fn)):
+            continue
+        if not (module_gpu or any(m.name == "gpu" for m in _marks(fn))):
+            continue
+        for params in _parametrizations(fn):
+            item = SimpleNamespace(originalname=name, name=name)
+            if params:
+                item.callspec = SimpleNamespace(params=params)
+            items.append(item)
+    return items
+
+
+def every_build(modules: list[ModuleType], arch: str) -> dict[tuple[str, Hashable], Build]:
+    """{(module label, key): Build} of each module's HOOK over every parametrization of its GPU tests (not only a
+    session's selection), as conftest's pre-compile pass asks for them on a GPU of `arch`; the label is the file
+    name without test_."""
+    return {(Path(module.__file__).stem.removeprefix("test_"), key): build
+            for module in modules for key, build in getattr(module, HOOK)(stand_in_items(module), arch).items()}
 
 
 def usable_cpus() -> int:

@@ -23,18 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import itertools
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HASHES = Path(__file__).with_name("kernel_hashes.json")
 GPU_ARCH = "sm_90"
-HOOK = "gpu_kernels"
 REFRESH = "python tests/test_kernel_hashes.py --write"
 
 
@@ -49,74 +46,26 @@ def _load(path: Path):
     return module
 
 
-def _marks(obj) -> list:
-    marks = getattr(obj, "pytestmark", [])
-    return marks if isinstance(marks, list) else [marks]
-
-
-def _parametrizations(fn) -> list[dict]:
-    """Every params dict pytest would give `fn` (the product of its parametrize marks; [{}] without any)."""
-    axes = []
-    for mark in _marks(fn):
-        if mark.name != "parametrize":
-            continue
-        names, values = mark.args[0], mark.args[1]
-        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
-        rows = []
-        for value in values:
-            if hasattr(value, "values") and hasattr(value, "marks"):  # pytest.param(...)
-                row = tuple(value.values)
-            else:
-                row = (value,) if len(names) == 1 else tuple(value)
-            rows.append(dict(zip(names, row, strict=True)))
-        axes.append(rows)
-    return [dict(itertools.chain.from_iterable(d.items() for d in combo)) for combo in itertools.product(*axes)]
-
-
-def _items(module) -> list:
-    """Stand-ins for the module's GPU test items, as conftest hands them to the hook: originalname, and
-    callspec.params where parametrized."""
-    module_gpu = any(m.name == "gpu" for m in _marks(module))
-    items = []
-    for name, fn in vars(module).items():
-        if not (name.startswith("test_") and callable(fn)):
-            continue
-        if not (module_gpu or any(m.name == "gpu" for m in _marks(fn))):
-            continue
-        for params in _parametrizations(fn):
-            item = SimpleNamespace(originalname=name, name=name)
-            if params:
-                item.callspec = SimpleNamespace(params=params)
-            items.append(item)
-    return items
-
-
 def _key_text(key) -> str:
     parts = key if isinstance(key, tuple) else (key,)
     return "-".join(str(getattr(p, "value", p)) for p in parts)
 
 
-def gpu_module_paths(root: Path = ROOT) -> list[Path]:
-    return sorted(p for p in (root / "tests").glob("test_*.py") if f"def {HOOK}(" in p.read_text())
-
-
 def kernel_hashes(root: Path = ROOT) -> dict[str, str]:
     """gpu/<module>/<key> (and #manifest) -> sha256 of what each GPU test module's hook builds."""
     import flashgen.translators.search as search
+    from tests.gpu_kernels import every_build, gpu_module_paths  # here: the script puts --root on sys.path first
 
     saved = search.candidate_params
     search.candidate_params = lambda *args, **kwargs: []  # builders take choose_params' first candidate only
     try:
         out: dict[str, str] = {}
-        for path in gpu_module_paths(root):
-            module = _load(path)
-            builds = getattr(module, HOOK)(_items(module), GPU_ARCH)
-            label = path.stem.removeprefix("test_")
-            for key, build in builds.items():
-                built = build.fn(*build.args, **build.kwargs)
-                source, manifest = (built.source, built.manifest) if hasattr(built, "source") else built[:2]
-                out[f"gpu/{label}/{_key_text(key)}"] = _sha(source)
-                out[f"gpu/{label}/{_key_text(key)}#manifest"] = _sha(manifest.model_dump_json())
+        modules = [_load(path) for path in gpu_module_paths(root)]
+        for (label, key), build in every_build(modules, GPU_ARCH).items():
+            built = build.fn(*build.args, **build.kwargs)
+            source, manifest = (built.source, built.manifest) if hasattr(built, "source") else built[:2]
+            out[f"gpu/{label}/{_key_text(key)}"] = _sha(source)
+            out[f"gpu/{label}/{_key_text(key)}#manifest"] = _sha(manifest.model_dump_json())
         return out
     finally:
         search.candidate_params = saved

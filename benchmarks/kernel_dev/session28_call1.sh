@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Written in session 27 for its one device call (three failed starts, then no machine lent: it never ran), and
 # replacing session 26's session27_call1.sh: the first call of the next session with a device, from the repo root
-# with carry [".whl", ".dev/s26"] and HPON_SHA=<the commit that turns half_first_tile on: session 27 left it on the
-# branch hpon, 346ee11, to rebase onto main> (build first on the CPU: python benchmarks/kernel_dev/hopper_build.py
-# .dev/s26 {cur,HP}_causal_bf16_d64_128x128s2 {cur,HP}_causal_bf16_d128_128x128s2 {cur,HP}_causal_bf16_d256_128x64s2).
+# with carry [".whl", ".dev/s26", ".cubin-cache.tgz"] and HPON_SHA=<the commit that turns half_first_tile on:
+# session 27 left it on the branch hpon, to rebase onto main>. First, on the CPU: python
+# benchmarks/kernel_dev/hopper_build.py .dev/s26 {cur,HP}_causal_bf16_d64_128x128s2 {cur,HP}_causal_bf16_d128_128x128s2
+# {cur,HP}_causal_bf16_d256_128x64s2; and python benchmarks/warm_cache.py --suite hopper --suite variants (the
+# GPU tests' and the grid's nvcc done here; the pre-compile line then says how many came from the cache).
 # The 16k timing question session27_call1.sh also asked is session28_call2.sh.
 #   1. The half_first_tile switch's GPU tests (never run) and test_harness_gpu.py (its host-time check fixed in s26).
 #   2. HP (half_first_tile) against cur, both orders, ours alone in 4 rounds (no baselines: it is our A/B): causal

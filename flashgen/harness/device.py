@@ -697,11 +697,17 @@ def ensure_compiled(kernel: KernelInput, arch: str) -> tuple[CompileInfo, str]:
 
 def runnable_arch(manifest: KernelManifest, device: int | None = None) -> str:
     """The arch to build for: the device's, unless the kernel needs a newer GPU than this one."""
-    dev = device_arch(device)
+    return arch_to_run(manifest, device_arch(device))
+
+
+def arch_to_run(manifest: KernelManifest, device_arch: str) -> str:
+    """runnable_arch on a GPU of `device_arch` (e.g. sm_90), without one: what a kernel is compiled for there (its
+    arch-specific form, sm_90a, where it is written for that and the GPU is that). benchmarks/warm_cache.py fills
+    the compile cache on a CPU machine with it."""
     want = manifest.arch.removeprefix("sm_").rstrip("a")
-    if want.isdigit() and int(want) > int(dev.removeprefix("sm_")):
-        raise FlashgenError(f"kernel {manifest.name} is written for {manifest.arch}; this GPU is {dev}")
-    return dev + ("a" if manifest.arch.endswith("a") and manifest.arch.removesuffix("a") == dev else "")
+    if want.isdigit() and int(want) > int(device_arch.removeprefix("sm_")):
+        raise FlashgenError(f"kernel {manifest.name} is written for {manifest.arch}; this GPU is {device_arch}")
+    return device_arch + ("a" if manifest.arch.endswith("a") and manifest.arch.removesuffix("a") == device_arch else "")
 
 
 def have_gpu() -> bool:

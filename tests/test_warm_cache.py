@@ -1,0 +1,54 @@
+"""benchmarks/warm_cache.py: the compile cache filled on a CPU machine is the one a GPU machine's pre-compile pass
+reads (conftest: the same builds, the same arch per kernel), so a carried pack turns its nvcc into cache hits."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "warm_cache.py"
+MODULE = "test_half_first_tile_gpu"  # six sm_90a kernels: a few seconds of nvcc each
+
+# conftest's pre-compile pass on an sm_90 GPU, with the cache FLASHGEN_CACHE_DIR names
+PRECOMPILE = f"""
+import importlib, sys
+sys.path.insert(0, {str(ROOT)!r})
+from flashgen.harness.device import arch_to_run
+from tests.gpu_kernels import build_and_compile, every_build
+module = importlib.import_module("tests.{MODULE}")
+print(build_and_compile(every_build([module], "sm_90"), "sm_90", arch_for=lambda m: arch_to_run(m, "sm_90"))[1].line())
+"""
+
+
+def _run(args: list[str], **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, **env})
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
+def test_a_packed_cache_serves_the_gpu_machines_pre_compile_pass(tmp_path):
+    pack = tmp_path / "cache.tgz"
+    done = _run([str(SCRIPT), MODULE, "--out", str(pack)])
+    assert done.returncode == 0, done.stderr
+    assert "[gpu pre-compile] 6 kernels (6 distinct sources)" in done.stdout and "0 failed" in done.stdout
+    assert f"wrote {pack}: 12 files" in done.stdout  # each cubin and its entry
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(pack) as tar:
+        tar.extractall(unpacked, filter="data")
+    again = _run(["-c", PRECOMPILE], FLASHGEN_CACHE_DIR=str(unpacked))
+    assert again.returncode == 0, again.stderr
+    assert "0 compiled, 6 from the cache, 0 failed" in again.stdout, again.stdout
+
+
+def test_an_unknown_module_is_one_line_and_a_non_zero_exit(tmp_path):
+    done = _run([str(SCRIPT), "test_no_such_module", "--out", str(tmp_path / "x.tgz")])
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == "not GPU test modules with kernels: test_no_such_module"
+    assert not (tmp_path / "x.tgz").exists()
