@@ -13,7 +13,7 @@ import pytest
 from flashgen.translators.backends.sm90 import kernel
 from flashgen.translators.render import render
 from flashgen.variant import Variant
-from tests.gpu_kernels import assert_compiles_asynchronous, sm90_plan
+from tests.gpu_kernels import assert_compiles_asynchronous, build_under_switch, sm90_plan
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 
@@ -60,3 +60,20 @@ def test_kernels_under_the_switch_compile_with_asynchronous_wgmma():
     assert_compiles_asynchronous("half_first_tile", [_plan(Variant(causal=True), 64, block_m=128),
                                                      _plan(Variant(causal=True, window=256), 128),
                                                      _plan(Variant(causal=True), 256)])
+
+
+@needs_nvcc
+def test_a_limit_that_reads_a_call_time_length_compiles():
+    """Causal rows with a length (k_idx < LEN[b], a call-time tensor): the warpgroup's limit, min(LEN[b], q + 1),
+    reads a prologue constant, so the half_first test comes after the prologue (before it: "identifier tl_c0 is
+    undefined", found when the switch was turned on for every test kernel); ptxas keeps the wgmma asynchronous."""
+    from flashgen.harness.compile import compile_cuda
+    from flashgen.harness.ptxas import serialized_wgmma
+
+    source, _ = build_under_switch("half_first_tile", "issue_pv(s_prev, pv_half);", "bf16", Variant(causal=True), 128,
+                                   {"mask_mod": "k_idx < LEN[b]", "tensors": {"LEN": "int32[B]:0..M"}})
+    constant = source.index("const int tl_c0 = ")
+    assert "min(tl_c0, " in source and constant < source.index("const bool half_first = ")
+    result = compile_cuda(source, "sm_90a")
+    assert result.ok, result.log
+    assert not serialized_wgmma(result.log)

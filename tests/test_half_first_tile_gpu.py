@@ -1,7 +1,8 @@
 """The GPU half of tests/test_half_first_tile.py: kernels built under the sm90 half_first_tile switch (a warpgroup
 that sees nothing in the second half of its first key tile issues that tile's S and P V at half the width; off by
 default until measured) through the harness's whole verification: causal rows at each head dim's tiles (d64's
-two, the N <= 1k one with ping-pong; d256's 64-key tiles), a causal window, a two-sided window, and the LSE."""
+two, the N <= 1k one with ping-pong; d256's 64-key tiles), a causal window, a two-sided window, the LSE, and causal
+rows with a call-time length."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ KERNELS = {
     ("causal", "bf16", 256): ("bf16", Variant(causal=True), 256),
     ("window256", "bf16", 128): ("bf16", Variant(causal=True, window=256), 128),
     ("two_sided_64_32", "bf16", 128): ("bf16", Variant(window_left=64, window_right=32), 128),
+    # a limit that reads a call-time length: min(LEN[b], q + 1)
+    ("causal_lengths", "bf16", 128): ("bf16", Variant(causal=True), 128,
+                                      {"mask_mod": "k_idx < LEN[b]", "tensors": {"LEN": "int32[B]:0..M"}}),
 }
 
 
