@@ -3,6 +3,7 @@ reads (conftest: the same builds, the same arch per kernel), so a carried pack t
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "warm_cache.py"
-MODULE = "test_half_first_tile_gpu"  # six sm_90a kernels: a few seconds of nvcc each
+MODULE = "test_half_first_tile_gpu"  # a few sm_90a kernels: a few seconds of nvcc each
 
 # conftest's pre-compile pass on an sm_90 GPU, with the cache FLASHGEN_CACHE_DIR names
 PRECOMPILE = f"""
@@ -34,17 +35,18 @@ def _run(args: list[str], **env) -> subprocess.CompletedProcess:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_a_packed_cache_serves_the_gpu_machines_pre_compile_pass(tmp_path):
+    kernels = len(importlib.import_module(f"tests.{MODULE}").KERNELS)  # each its own source
     pack = tmp_path / "cache.tgz"
     done = _run([str(SCRIPT), MODULE, "--out", str(pack)])
     assert done.returncode == 0, done.stderr
-    assert "[gpu pre-compile] 6 kernels (6 distinct sources)" in done.stdout and "0 failed" in done.stdout
-    assert f"wrote {pack}: 12 files" in done.stdout  # each cubin and its entry
+    assert f"[gpu pre-compile] {kernels} kernels ({kernels} distinct sources)" in done.stdout
+    assert f"wrote {pack}: {2 * kernels} files" in done.stdout and "; 0 kernels failed" in done.stdout  # cubin, entry
     unpacked = tmp_path / "unpacked"
     with tarfile.open(pack) as tar:
         tar.extractall(unpacked, filter="data")
     again = _run(["-c", PRECOMPILE], FLASHGEN_CACHE_DIR=str(unpacked))
     assert again.returncode == 0, again.stderr
-    assert "0 compiled, 6 from the cache, 0 failed" in again.stdout, again.stdout
+    assert f"0 compiled, {kernels} from the cache, 0 failed" in again.stdout, again.stdout
 
 
 def test_an_unknown_module_is_one_line_and_a_non_zero_exit(tmp_path):
