@@ -1,15 +1,15 @@
 """Compile, on this CPU machine, what the next GPU call would compile first, and pack the compile cache to carry there.
 
 On a lent GPU machine the GPU suite's pre-compile pass (conftest) spends device time on nvcc: 1028 distinct
-sources, 220 s of wall time on its 16 CPUs in session 25 (1841 s of nvcc summed). The same sources built here, for
-a GPU of `--arch` exactly as that machine builds them (tests/gpu_kernels.every_build; device.arch_to_run), and the
-kernels of the suites named, land in a fresh cache that is packed into `--out`. benchmarks/device_prelude.sh
+sources, 220 s of wall time on its 16 CPUs in session 25 (1841 s of nvcc summed). The same sources built here for
+an sm_90 GPU (the lent H100s and H200s) exactly as that machine builds them (tests/gpu_kernels.every_build,
+device.arch_to_run), and the kernels of the suites named, land in a fresh cache that is packed into `--out`. benchmarks/device_prelude.sh
 unpacks a carried `.cubin-cache.tgz` and points FLASHGEN_CACHE_DIR at it. An entry is keyed by everything that
 makes the binary (flashgen.harness.compile: the source, the arch, the flags, `nvcc --version`'s text, the
 project's headers), so an entry the other machine's nvcc or tree would not have made is a miss, never a wrong
 cubin; the pre-compile line says how many hit ("N from the cache").
 
-    python benchmarks/warm_cache.py [--arch sm_90] [--jobs N] [--suite hopper ...] [--out .cubin-cache.tgz] [MODULE ...]
+    python benchmarks/warm_cache.py [--jobs N] [--suite hopper ...] [--out .cubin-cache.tgz] [MODULE ...]
 
 MODULE: GPU test modules (e.g. test_half_first_tile_gpu); none: every one. Carry the output with the wheels:
 carry [".whl", ".cubin-cache.tgz"] (64 MiB in all)."""
@@ -27,37 +27,38 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU = {"sm_90": "h200", "sm_80": "a100", "sm_75": "t4"}  # the suites' --gpu for each device arch
+ARCH = "sm_90"  # the lent GPU machines' (H100, H200)
+SUITE_GPU = "h200"  # what h200_measure.sh builds the suites for (`--gpu h200`)
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(ROOT))
+    from flashgen.harness.suite import SUITES  # flashgen reads FLASHGEN_CACHE_DIR and FLASHGEN_HOME when it compiles
+    from tests.gpu_kernels import build_and_compile, every_build, gpu_module_paths
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help="GPU test modules (default: every one)")
-    parser.add_argument("--arch", default="sm_90", choices=sorted(GPU), help="the GPU machine's arch")
     parser.add_argument("--jobs", type=int, default=None, help="parallel builds and nvcc (default: the usable CPUs)")
-    parser.add_argument("--suite", action="append", default=[], help="a bench suite's kernels too (hopper, variants)")
+    parser.add_argument("--suite", action="append", default=[], choices=SUITES, help="a bench suite's kernels too")
     parser.add_argument("--out", type=Path, default=ROOT / ".cubin-cache.tgz", help="the packed cache")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
-    from tests.gpu_kernels import gpu_module_paths
-
     paths = gpu_module_paths(ROOT)
     unknown = set(args.modules) - {p.stem for p in paths}
     if unknown:
         print(f"not GPU test modules with kernels: {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
-    cache = Path(tempfile.mkdtemp(prefix="flashgen-warm-cache-"))
-    # before flashgen reads them: the fresh cache, and a fresh home (the packaged tuned tables only, as there)
-    os.environ["FLASHGEN_CACHE_DIR"] = str(cache)
-    os.environ["FLASHGEN_HOME"] = home = tempfile.mkdtemp(prefix="flashgen-warm-home-")
     from flashgen.harness.device import arch_to_run
     from flashgen.harness.suite import compile_suite
-    from tests.gpu_kernels import build_and_compile, every_build
+
+    # a fresh cache, and a fresh home (the packaged tuned tables only, as on the GPU machine)
+    cache = Path(tempfile.mkdtemp(prefix="flashgen-warm-cache-"))
+    os.environ["FLASHGEN_CACHE_DIR"] = str(cache)
+    os.environ["FLASHGEN_HOME"] = home = tempfile.mkdtemp(prefix="flashgen-warm-home-")
     modules = [importlib.import_module(f"tests.{p.stem}") for p in paths if not args.modules or p.stem in args.modules]
     failed = 0  # kernels that did not build or compile: cached as such, the GPU run fails the same tests
     if modules:
-        kernels, stats = build_and_compile(every_build(modules, args.arch), args.arch, jobs=args.jobs,
-                                           arch_for=lambda manifest: arch_to_run(manifest, args.arch))
+        kernels, stats = build_and_compile(every_build(modules, ARCH), ARCH, jobs=args.jobs,
+                                           arch_for=lambda manifest: arch_to_run(manifest, ARCH))
         print(stats.line(), flush=True)
         for key, built in kernels.items():
             if built.error is not None:
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         failed += stats.failed
     for suite in args.suite:
         started = time.monotonic()
-        suite_kernels = compile_suite(GPU[args.arch], suite, jobs=args.jobs)
+        suite_kernels = compile_suite(SUITE_GPU, suite, jobs=args.jobs)
         bad = [k for k in suite_kernels if not (k.compile or {}).get("ok")]
         failed += len(bad)
         print(f"suite {suite}: {len(suite_kernels)} kernels, {len(bad)} failed, {time.monotonic() - started:.1f} s",

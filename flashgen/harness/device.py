@@ -700,14 +700,14 @@ def runnable_arch(manifest: KernelManifest, device: int | None = None) -> str:
     return arch_to_run(manifest, device_arch(device))
 
 
-def arch_to_run(manifest: KernelManifest, device_arch: str) -> str:
-    """runnable_arch on a GPU of `device_arch` (e.g. sm_90), without one: what a kernel is compiled for there (its
+def arch_to_run(manifest: KernelManifest, gpu_arch: str) -> str:
+    """runnable_arch on a GPU of `gpu_arch` (e.g. sm_90), without one: what a kernel is compiled for there (its
     arch-specific form, sm_90a, where it is written for that and the GPU is that). benchmarks/warm_cache.py fills
     the compile cache on a CPU machine with it."""
     want = manifest.arch.removeprefix("sm_").rstrip("a")
-    if want.isdigit() and int(want) > int(device_arch.removeprefix("sm_")):
-        raise FlashgenError(f"kernel {manifest.name} is written for {manifest.arch}; this GPU is {device_arch}")
-    return device_arch + ("a" if manifest.arch.endswith("a") and manifest.arch.removesuffix("a") == device_arch else "")
+    if want.isdigit() and int(want) > int(gpu_arch.removeprefix("sm_")):
+        raise FlashgenError(f"kernel {manifest.name} is written for {manifest.arch}; this GPU is {gpu_arch}")
+    return gpu_arch + ("a" if manifest.arch.endswith("a") and manifest.arch.removesuffix("a") == gpu_arch else "")
 
 
 def have_gpu() -> bool:
