@@ -178,7 +178,8 @@ def test_an_interrupted_job_resumes_to_the_same_library(fakes):
     again = build(spec, part, engine=LocalEngine(jobs=2, gpus=gpus(2), stages=FAKES), store=False)
     assert {r.path for r in again.rows if r.action in ("kept", "gpu")} == done  # only the rest was built
     assert sum(r.action in ("built", "failed") for r in again.rows) == 24 - len(done)
-    assert same_files(whole, part) == ["library.md"] and normalized(whole) == normalized(part)  # .md names devices
+    # library.md names the GPU that ran each entry, which of the two equal ones varies (and may happen to match)
+    assert set(same_files(whole, part)) <= {"library.md"} and normalized(whole) == normalized(part)
     rerun = build(spec, part, engine=LocalEngine(jobs=2, gpus=gpus(2), stages=FAKES), store=False)
     assert rerun.kept == 23 and [r.path for r in rerun.rows if r.action == "failed"] == [FAIL]  # tried again alone
 
