@@ -2,7 +2,7 @@
 #   . benchmarks/device_prelude.sh || exit 1
 # It installs the carried wheels (.whl/: the packages that machine's image lacks, built with
 # ../shared/gpu/wheelhouse.sh as gpu_suite.sh's header lists them; NO_WHEELS=1 skips the install), puts them and the
-# checkout on PYTHONPATH, unpacks a carried compile cache (.cubin-cache.tgz, benchmarks/warm_cache.py), sets
+# checkout on PYTHONPATH, unpacks a carried compile cache (.cubin-cache.tar.xz, benchmarks/warm_cache.py), sets
 # unbuffered Python, one BLAS thread and flashgen's home (FLASHGEN_HOME, default /tmp/flashgen-home), makes $OUT
 # (default /tmp/flashgen-out), and defines
 #   cap WANT RESERVE  a step's limit in seconds under one deadline, $BUDGET (set it first): WANT, but never more than
@@ -15,12 +15,13 @@ if [ -z "${NO_WHEELS:-}" ]; then
     || { echo "wheel install from .whl/ failed (carry .whl, or NO_WHEELS=1)"; return 1; }
 fi
 # A second script in the same call sets NO_WHEELS=1 and still finds the first one's install.
-# A compile cache filled on the CPU machine (benchmarks/warm_cache.py; carry .cubin-cache.tgz): unpacked once a call,
+# A compile cache filled on the CPU machine (benchmarks/warm_cache.py; carry .cubin-cache.tar.xz): unpacked once a call,
 # and FLASHGEN_CACHE_DIR points at it (a foreign entry is a cache miss, never a wrong cubin)
-if [ -f .cubin-cache.tgz ]; then
+if [ -f .cubin-cache.tar.xz ]; then
   if [ ! -d /tmp/flashgen-cubin ]; then
-    mkdir -p /tmp/flashgen-cubin && tar -xzf .cubin-cache.tgz -C /tmp/flashgen-cubin \
-      || echo "could not unpack .cubin-cache.tgz; compiling afresh"
+    mkdir -p /tmp/flashgen-cubin && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" \
+      .cubin-cache.tar.xz /tmp/flashgen-cubin \
+      || echo "could not unpack .cubin-cache.tar.xz; compiling afresh"
   fi
   export FLASHGEN_CACHE_DIR=/tmp/flashgen-cubin
 fi

@@ -36,7 +36,7 @@ def _run(args: list[str], **env) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_a_packed_cache_serves_the_gpu_machines_pre_compile_pass(tmp_path):
     kernels = len(importlib.import_module(f"tests.{MODULE}").KERNELS)  # each its own source
-    pack = tmp_path / "cache.tgz"
+    pack = tmp_path / "cache.tar.xz"
     done = _run([str(SCRIPT), MODULE, "--out", str(pack)])
     assert done.returncode == 0, done.stderr
     assert f"[gpu pre-compile] {kernels} kernels ({kernels} distinct sources)" in done.stdout

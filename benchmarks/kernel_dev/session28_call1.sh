@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Written in session 27 for its one device call (three failed starts, then no machine lent: it never ran), and
 # replacing session 26's session27_call1.sh: the first call of the next session with a device, from the repo root
-# with carry [".whl", ".dev/s26", ".cubin-cache.tgz"] and HPON_SHA=<the commit that turns half_first_tile on:
+# with carry [".whl", ".dev/s26", ".cubin-cache.tar.xz"] and HPON_SHA=<the commit that turns half_first_tile on:
 # session 27 left it on the branch hpon, to rebase onto main>. First, on the CPU: python
 # benchmarks/kernel_dev/hopper_build.py .dev/s26 {cur,HP}_causal_bf16_d64_128x128s2 {cur,HP}_causal_bf16_d128_128x128s2
 # {cur,HP}_causal_bf16_d256_128x64s2; and python benchmarks/warm_cache.py --suite hopper --suite variants (the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Written in session 27 (no machine lent): what one 16k ratio to cuDNN is worth, and whether --settle-each fixes it.
-# From the repo root with carry [".whl", ".cubin-cache.tgz"] (NO_WHEELS=1 after session28_call1.sh in the same lease).
+# From the repo root with carry [".whl", ".cubin-cache.tar.xz"] (NO_WHEELS=1 after session28_call1.sh in the same lease).
 # Session 26's four settle runs (H100, plain bf16 d128 16k, 4 rounds of 25 ms blocks) read ours / cuDNN at
 # 1.03-1.17x; split by the order inside each round, the rounds where ours ran right after its own previous block
 # (or the settle) read 0.91-1.01x, those where it ran after FLASH 1.13-1.29x, and cuDNN's own blocks split the same
