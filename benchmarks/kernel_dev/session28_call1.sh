@@ -14,21 +14,22 @@
 #   3. The rule, written before the run: the switch goes on where the tests pass, every 512 shape reads >= +2 %
 #      (the mean of the two orders) and no shape below -1.5 %. Then the checkout here is switched on (the same
 #      edit as HPON_SHA; FLASHGEN_GIT_COMMIT=HPON_SHA for what follows) and the Hopper grid runs with the time left
-#      (benchmarks/h200_measure.sh STEPS="hopper", and "variants" if 400 s are left). Otherwise the GPU tests session 26's PART=1 left
+#      (benchmarks/h200_measure.sh STEPS="hopper", and "variants" if 400 s are left; none under 230 s: a cut grid
+#      is no grid). The tests and the A/B come first: they decide. Otherwise the GPU tests session 26's PART=1 left
 #      unreached run instead.
 set -u
 export FLASHGEN_GIT_COMMIT=${FLASHGEN_GIT_COMMIT:-unknown}
 . benchmarks/device_prelude.sh || exit 1
 scratch /tmp/s28c1 "${BUDGET:-580}"
 trap 'tar -czf "$OUT/call.tgz" -C "$W" .' EXIT
-timeout -k 10 "$(cap 150 400)" python3 -m pytest -m gpu -q -p no:cacheprovider -n 6 --durations=10 \
+timeout -k 10 "$(cap 150 160)" python3 -m pytest -m gpu -q -p no:cacheprovider -n 6 --durations=10 \
   tests/test_half_first_tile_gpu.py tests/test_harness_gpu.py > "$W/pytest-hp.log" 2>&1
 TESTS_RC=$?
 echo "[$SECONDS s] pytest: exit $TESTS_RC"; grep -E "passed|failed|error" "$W/pytest-hp.log" | tail -5
 D=.dev/s26
 ab() {  # NAME SHAPES KERNEL_DIR...
   local name=$1 shapes=$2; shift 2
-  timeout -k 5 "$(cap 40 300)" python3 -m flashgen.cli bench "$@" --shapes "$shapes" --no-baselines --min-time 0.1 \
+  timeout -k 5 "$(cap 40 15)" python3 -m flashgen.cli bench "$@" --shapes "$shapes" --no-baselines --min-time 0.1 \
     --rounds 4 --out "$W/$name.json" > "$W/$name.log" 2>&1
   echo "[$SECONDS s] $name: exit $?"
 }
@@ -62,11 +63,13 @@ on = (tests_rc == 0 and full and all(g >= 0.02 for (d, n), g in gains.items() if
 print(f"tests exit {tests_rc}, {len(gains)} of 7 shapes timed in both orders -> half_first_tile {'ON' if on else 'off'}")
 EOF
 cat "$W/decision.txt"
-if grep -q "half_first_tile ON" "$W/decision.txt"; then
+left=$(( BUDGET - SECONDS - 15 ))
+if grep -q "half_first_tile ON" "$W/decision.txt" && (( left < 230 )); then
+  echo "[$SECONDS s] half_first_tile ON, but $left s are too few for the grid (~230 s with the cache): it waits for a call"
+elif grep -q "half_first_tile ON" "$W/decision.txt"; then
   sed -i 's/^                   half_first_tile=False,/                   half_first_tile=True,/' \
     flashgen/translators/backends/sm90/kernel.py
   grep -q "^                   half_first_tile=True," flashgen/translators/backends/sm90/kernel.py || exit 1
-  left=$(( BUDGET - SECONDS - 15 ))
   steps="hopper"; (( left >= 400 )) && steps="hopper variants"  # the grid alone takes ~300 s on a cold nvcc cache
   echo "[$SECONDS s] $steps with half_first_tile on ($left s)"
   FLASHGEN_GIT_COMMIT=${HPON_SHA:-unknown} NO_WHEELS=1 STEPS="$steps" MEASURE_BUDGET_S=$left OUT=$W/measure \
