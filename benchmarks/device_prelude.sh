@@ -15,15 +15,15 @@ if [ -z "${NO_WHEELS:-}" ]; then
     || { echo "wheel install from .whl/ failed (carry .whl, or NO_WHEELS=1)"; return 1; }
 fi
 # A second script in the same call sets NO_WHEELS=1 and still finds the first one's install.
-# A compile cache filled on the CPU machine (benchmarks/warm_cache.py; carry .cubin-cache.tar.xz): unpacked once a call,
-# and FLASHGEN_CACHE_DIR points at it (a foreign entry is a cache miss, never a wrong cubin)
+# A compile cache filled on the CPU machine (benchmarks/warm_cache.py; carry .cubin-cache.tar.xz): unpacked once a call
+# into FLASHGEN_CACHE_DIR (default /tmp/flashgen-cubin; a foreign entry is a cache miss, never a wrong cubin), with
+# Python's tarfile (lzma is in its standard library: no xz program needed there)
 if [ -f .cubin-cache.tar.xz ]; then
-  if [ ! -d /tmp/flashgen-cubin ]; then
-    mkdir -p /tmp/flashgen-cubin && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" \
-      .cubin-cache.tar.xz /tmp/flashgen-cubin \
-      || echo "could not unpack .cubin-cache.tar.xz; compiling afresh"
+  export FLASHGEN_CACHE_DIR=${FLASHGEN_CACHE_DIR:-/tmp/flashgen-cubin}
+  if [ ! -d "$FLASHGEN_CACHE_DIR" ]; then
+    mkdir -p "$FLASHGEN_CACHE_DIR" && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" \
+      .cubin-cache.tar.xz "$FLASHGEN_CACHE_DIR" || echo "could not unpack .cubin-cache.tar.xz; compiling afresh"
   fi
-  export FLASHGEN_CACHE_DIR=/tmp/flashgen-cubin
 fi
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 OPENBLAS_NUM_THREADS=1

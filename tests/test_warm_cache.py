@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import runpy
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -36,14 +36,19 @@ def _run(args: list[str], **env) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
 def test_a_packed_cache_serves_the_gpu_machines_pre_compile_pass(tmp_path):
     kernels = len(importlib.import_module(f"tests.{MODULE}").KERNELS)  # each its own source
-    pack = tmp_path / "cache.tar.xz"
+    pack = tmp_path / runpy.run_path(str(SCRIPT))["PACK"].name  # carried into the device's checkout under that name
     done = _run([str(SCRIPT), MODULE, "--out", str(pack)])
     assert done.returncode == 0, done.stderr
     assert f"[gpu pre-compile] {kernels} kernels ({kernels} distinct sources)" in done.stdout
     assert f"wrote {pack}: {2 * kernels} files" in done.stdout and "; 0 kernels failed" in done.stdout  # cubin, entry
+    # unpacked as a device call does: device_prelude.sh sourced where the pack lies (there: the repo root)
     unpacked = tmp_path / "unpacked"
-    with tarfile.open(pack) as tar:
-        tar.extractall(unpacked, filter="data")
+    prelude = subprocess.run(["bash", "-c", f". {ROOT}/benchmarks/device_prelude.sh && echo $FLASHGEN_CACHE_DIR"],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                             env={**os.environ, "NO_WHEELS": "1", "FLASHGEN_CACHE_DIR": str(unpacked),
+                                  "OUT": str(tmp_path / "out")})
+    assert prelude.returncode == 0 and prelude.stdout.strip() == str(unpacked), prelude.stdout + prelude.stderr
+    assert sum(1 for p in unpacked.rglob("*") if p.is_file()) == 2 * kernels
     again = _run(["-c", PRECOMPILE], FLASHGEN_CACHE_DIR=str(unpacked))
     assert again.returncode == 0, again.stderr
     assert f"0 compiled, {kernels} from the cache, 0 failed" in again.stdout, again.stdout
