@@ -3,8 +3,8 @@
 On a lent GPU machine the GPU suite's pre-compile pass (conftest) spends device time on nvcc: 1028 distinct
 sources, 220 s of wall time on its 16 CPUs in session 25 (1841 s of nvcc summed). The same sources built here for
 an sm_90 GPU (the lent H100s and H200s) exactly as that machine builds them (tests/gpu_kernels.every_build,
-device.arch_to_run), and the kernels of the suites named, land in a fresh cache that is packed into `--out`. benchmarks/device_prelude.sh
-unpacks a carried `.cubin-cache.tar.xz` and points FLASHGEN_CACHE_DIR at it. An entry is keyed by everything that
+device.arch_to_run), and the kernels of the suites named, land in a fresh cache that is packed into `--out`.
+benchmarks/device_prelude.sh unpacks a carried `.cubin-cache.tar.xz` into FLASHGEN_CACHE_DIR. An entry is keyed by everything that
 makes the binary (flashgen.harness.compile: the source, the arch, the flags, `nvcc --version`'s text, the
 project's headers), so an entry the other machine's nvcc or tree would not have made is a miss, never a wrong
 cubin; the pre-compile line says how many hit ("N from the cache").
@@ -12,8 +12,8 @@ cubin; the pre-compile line says how many hit ("N from the cache").
     python benchmarks/warm_cache.py [--jobs N] [--suite hopper ...] [--out .cubin-cache.tar.xz] [MODULE ...]
 
 MODULE: GPU test modules (e.g. test_half_first_tile_gpu); none: every one. Carry the output with the wheels:
-carry [".whl", ".cubin-cache.tar.xz"]. The carry's 64 MiB count the tracked tree too (about 20 MB): xz packs
-session 27's 180 MB of cubins into 20 MB, where gzip took 43 and the call was refused."""
+carry [".whl", ".cubin-cache.tar.xz"]. The carry's 64 MiB count the tracked tree too (about 20 MB), hence xz: about
+a ninth of the cubins' size, where gzip packs to a quarter."""
 
 from __future__ import annotations
 
